@@ -1,0 +1,38 @@
+# `make run`: set everything up and run the whole pipeline (dvc repro on params.yaml).
+# `make test`: set everything up and run the test suite.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: install run test test-fast clean-results mlflow-ui
+
+$(STAMP): pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	# torch first, pinned to the CPU wheel: an unpinned torch pulls a CUDA build of several GB.
+	$(BIN)/pip install torch==2.13.0
+	$(BIN)/pip install -r requirements.lock
+	# signatory compiles against the installed torch (about 4 minutes the first time; pip caches the wheel).
+	$(BIN)/pip install --no-build-isolation signatory==1.2.6.1.9.0
+	$(BIN)/pip install --no-deps -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# dvc repro needs a Git repository (a fresh clone is one; a tarball is not).
+run: install
+	@git rev-parse --git-dir >/dev/null 2>&1 || git init -q
+	dvc repro
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
+
+mlflow-ui: install
+	mlflow ui --backend-store-uri sqlite:///$(abspath mlflow.db) --host 127.0.0.1 --port 5000
+
+clean-results:
+	rm -rf results reports/curves reports/lr reports/plots reports/metrics.json reports/results.md reports/promotion.json ray_results

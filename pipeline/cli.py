@@ -1,0 +1,123 @@
+"""`ctsweep`: one subcommand per DVC stage, each a thin wrapper over the stage's function."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+
+from pipeline.config import Params, dataset_params, load_params
+from pipeline.errors import ConfigError, CtsweepError
+from pipeline.paths import processed_dir, project_root
+
+app = typer.Typer(help="Hyperparameter search for continuous-time sequence models: "
+                       "prepare -> search -> final -> report -> promote.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+
+ROOT = typer.Option(None, "--root", help="Project root holding params.yaml (default: working directory).")
+
+
+def _stage(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn a CtsweepError into one line on stderr and exit status 2, without a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except CtsweepError as exc:
+            typer.echo(f"ctsweep: error: {exc}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _params(root: Optional[Path]) -> tuple[Path, Params]:
+    base = project_root(root)
+    return base, load_params(base / "params.yaml")
+
+
+def _check(name: str, valid: list[str], what: str) -> None:
+    if name not in valid:
+        raise ConfigError(f"unknown {what} {name!r}; valid (params.yaml `{what}s`): {valid}")
+
+
+@app.command()
+@_stage
+def prepare(dataset: str = typer.Argument(..., help="A key of `prepare` in params.yaml."), root: Path = ROOT) -> None:
+    """Build data/processed/DATASET from its params.yaml section."""
+    from pipeline.data.prepare import prepare as run
+
+    base, params = _params(root)
+    meta = run(dataset, dataset_params(params, dataset), processed_dir(base, dataset))
+    typer.echo(f"prepared {dataset}: {meta.sizes} -> {processed_dir(base, dataset)}")
+
+
+@app.command()
+@_stage
+def search(dataset: str, family: str, root: Path = ROOT) -> None:
+    """Ray Tune + Optuna search of FAMILY on DATASET -> results/DATASET/search/FAMILY.json."""
+    from pipeline.search import search as run
+
+    base, params = _params(root)
+    _check(dataset, params.datasets, "dataset")
+    _check(family, params.families, "family")
+    record = run(base, dataset, family, params.search)
+    typer.echo(f"{dataset}/{family}: best val {record['metric']} {record['best_val']:.4f} "
+               f"({record['n_trials']} trials, {record['n_failed']} failed)")
+
+
+@app.command()
+@_stage
+def final(dataset: str, family: str, root: Path = ROOT) -> None:
+    """Retrain the best config over the final seeds -> results/DATASET/final/FAMILY.json."""
+    from pipeline.final import final as run
+
+    base, params = _params(root)
+    _check(dataset, params.datasets, "dataset")
+    _check(family, params.families, "family")
+    r = run(base, dataset, family, params.final)
+    typer.echo(f"{dataset}/{family}: test {r['test_mean']:.4f} ± {r['test_std']:.4f} over {r['n_seeds']} seeds")
+
+
+@app.command()
+@_stage
+def report(root: Path = ROOT) -> None:
+    """Write reports/results.md, reports/metrics.json and the plots."""
+    from pipeline.report import report as run
+
+    base, params = _params(root)
+    run(base, params.datasets, params.families)
+    typer.echo((base / "reports" / "results.md").read_text())
+
+
+@app.command()
+@_stage
+def promote(
+    dataset: Optional[str] = typer.Option(None, help="Promote by hand: this dataset ..."),
+    family: Optional[str] = typer.Option(None, help="... and this family (moves the alias unconditionally)."),
+    root: Path = ROOT,
+) -> None:
+    """Register the best final models and move alias `champion` (automatic rule, or by hand)."""
+    from pipeline.promote import promote as run_all, promote_dataset
+
+    base, params = _params(root)
+    if (dataset is None) != (family is None):
+        raise ConfigError("give both --dataset and --family to promote by hand, or neither for the automatic rule")
+    if dataset is None:
+        decisions = run_all(base, params.datasets, params.families, params.promote)
+    else:
+        _check(dataset, params.datasets, "dataset")
+        decisions = [promote_dataset(base, dataset, params.families, params.promote, family=family)]
+    typer.echo(json.dumps(decisions, indent=2))
+
+
+def main() -> None:
+    app(prog_name="ctsweep")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""params.yaml: its schema, and loading that fails loudly before anything starts.
+
+Each stage reads only its own section (`prepare.<dataset>`, `search`, `final`, `promote`), and
+dvc.yaml lists exactly those keys, so changing one reruns only what depends on it. Unknown keys
+and wrong types are errors that name the file, the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from pipeline.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    # extra="forbid": a misspelt key must fail, not be silently ignored.
+    model_config = ConfigDict(extra="forbid", strict=False, frozen=True)
+
+
+class XorParams(_Strict):
+    """Bit-stream XOR (Lechner & Hasani 2020): parity of 2-31 random bits."""
+
+    kind: Literal["xor"]
+    event_based: bool = True
+    n_train: int = Field(2000, gt=10, description="train + validation sequences")
+    n_test: int = Field(1000, gt=0)
+    val_fraction: float = Field(0.1, gt=0, lt=1)
+    seed: int = 1234984
+
+
+class UeaParams(_Strict):
+    """A UEA archive dataset from the copy the aeon package ships (no download)."""
+
+    kind: Literal["uea"]
+    name: Literal["JapaneseVowels"] = "JapaneseVowels"
+    drop_fraction: float = Field(0.0, ge=0, lt=1, description="observations dropped per series")
+    val_fraction: float = Field(0.2, gt=0, lt=1)
+    seed: int = 56789
+
+
+DatasetParams = Annotated[Union[XorParams, UeaParams], Field(discriminator="kind")]
+
+
+class Resources(_Strict):
+    cpu: float = Field(1, gt=0)
+    gpu: float = Field(0, ge=0, description="fractional GPUs pack several trials on one GPU")
+
+
+class AshaParams(_Strict):
+    grace_period: int = Field(2, ge=1, description="epochs before a trial can be stopped")
+    reduction_factor: float = Field(2, gt=1)
+
+
+class SearchParams(_Strict):
+    num_samples: int = Field(4, ge=1, description="trials per (dataset, family), reference included")
+    max_concurrent: int = Field(2, ge=1)
+    epochs: int = Field(6, ge=1, description="maximum epochs per trial (ASHA's max_t)")
+    sampler_seed: int = 0
+    n_startup_trials: int = Field(2, ge=0, description="random trials before TPE takes over")
+    trial_seed: int = Field(1000, description="training seed of every search trial")
+    trial_time_limit_s: float | None = Field(
+        None, gt=0, description="stop a trial at its first epoch report past this many seconds")
+    asha: AshaParams = AshaParams()
+    resources: Resources = Resources()
+    storage_path: str = Field("ray_results", description="Ray Tune storage; relative to the root")
+
+
+class FinalParams(_Strict):
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1)
+    epochs: int = Field(10, ge=1)
+    resources: Resources = Resources()
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "FinalParams":
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct, got {self.seeds}")
+        return self
+
+
+class PromoteParams(_Strict):
+    seeds_required: int = Field(5, ge=1, description="final seeds a family needs to be promoted")
+    min_improvement: float = Field(0.0, ge=0, description="margin the candidate must beat the champion by")
+
+
+class Params(_Strict):
+    datasets: list[str] = Field(min_length=1)
+    families: list[str] = Field(min_length=1)
+    prepare: dict[str, DatasetParams]
+    search: SearchParams = SearchParams()
+    final: FinalParams = FinalParams()
+    promote: PromoteParams = PromoteParams()
+
+    @model_validator(mode="after")
+    def _known_names(self) -> "Params":
+        missing = [d for d in self.datasets if d not in self.prepare]
+        if missing:
+            raise ValueError(
+                f"datasets {missing} have no entry under `prepare` (defined: {sorted(self.prepare)})"
+            )
+        from pipeline.models import MODELS  # late: keeps `import pipeline.config` light
+
+        unknown = [f for f in self.families if f not in MODELS]
+        if unknown:
+            raise ValueError(f"unknown families {unknown}; valid: {sorted(MODELS)}")
+        return self
+
+
+def _format(err: ValidationError, path: Path) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"] if not str(p).startswith(("XorParams", "UeaParams")))
+        got = e.get("input")
+        shown = "" if isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"{path}: key `{key or '<root>'}`: {e['msg']}{shown}")
+    return "\n".join(lines)
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file; a missing or malformed file is a ConfigError naming it."""
+    if not path.exists():
+        raise ConfigError(f"{path} does not exist")
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+
+
+def load_params(path: str | Path) -> Params:
+    """Read and validate params.yaml. Raises ConfigError naming the file, key and constraint."""
+    path = Path(path)
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return Params.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format(exc, path)) from None
+
+
+def dataset_params(params: Params, dataset: str) -> XorParams | UeaParams:
+    """The prepare section of one dataset; an unknown name lists the valid ones."""
+    if dataset not in params.prepare:
+        raise ConfigError(f"unknown dataset {dataset!r}; valid: {sorted(params.prepare)}")
+    return params.prepare[dataset]

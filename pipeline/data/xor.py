@@ -1,0 +1,48 @@
+"""Bit-stream XOR (Lechner & Hasani 2020; CfC paper, Hasani et al. 2022).
+
+Each sample is 2-31 random bits; the label is their parity. The dense encoding has one step per
+bit; the event-based encoding emits a step only when the bit changes, plus one final step when
+the stream ends on a run of repeated bits, so the time since the previous event carries the
+run lengths (the irregularly sampled case). Times are counted in bits and divided by the
+padding size, 32, as in the reference generator.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.data.contract import Split
+
+PAD = 32  # reference pad size; streams hold at most PAD - 1 bits
+
+
+def generate_xor(n: int, event_based: bool, rng: np.random.Generator) -> Split:
+    """n samples -> Split with x (n, PAD, 1), t (n, PAD), mask (n, PAD), y (n,) int64 parity."""
+    steps = np.arange(PAD - 1)  # (S,)
+    lengths = rng.integers(2, PAD, size=n)  # [2, 31] bits per stream
+    bits = rng.integers(0, 2, size=(n, PAD - 1))  # (n, S)
+    valid = steps[None, :] < lengths[:, None]  # (n, S)
+    labels = (bits * valid).sum(axis=1) % 2
+
+    if event_based:
+        changed = np.concatenate([np.ones((n, 1), bool), bits[:, 1:] != bits[:, :-1]], axis=1)
+        last = steps[None, :] == (lengths - 1)[:, None]
+        emit = (changed | last) & valid
+    else:
+        emit = valid
+    # Move emitted positions to the front of each row, keeping their order.
+    order = np.argsort(~emit, axis=1, kind="stable")  # (n, S)
+    positions = np.take_along_axis(np.broadcast_to(steps, (n, PAD - 1)), order, axis=1)
+    count = emit.sum(axis=1)
+    mask = np.zeros((n, PAD), bool)
+    mask[:, : PAD - 1] = steps[None, :] < count[:, None]
+
+    x = np.full((n, PAD, 1), np.nan, np.float32)
+    t = np.zeros((n, PAD), np.float32)
+    x[:, : PAD - 1, 0] = np.take_along_axis(bits, positions, axis=1)
+    # An event at bit position p happens after p + 1 bits: elapsed times are diffs of this.
+    t[:, : PAD - 1] = (positions + 1) / PAD
+    last_time = t[np.arange(n), count - 1]
+    t = np.where(mask, t, last_time[:, None]).astype(np.float32)
+    x[~mask] = np.nan
+    return Split(x=x, t=t, mask=mask, y=labels.astype(np.int64))

@@ -1,0 +1,19 @@
+"""Errors a user can act on. Each names the file, key or value at fault and what is allowed."""
+
+from __future__ import annotations
+
+
+class CtsweepError(Exception):
+    """Base class: the CLI prints these as one line and exits with status 2, no traceback."""
+
+
+class ConfigError(CtsweepError):
+    """A wrong key, type or value in params.yaml or a search-space file."""
+
+
+class MissingInputError(CtsweepError):
+    """A stage's input does not exist yet; the message names the stage that produces it."""
+
+
+class TrialFailedError(CtsweepError):
+    """A trial could not go on: non-finite loss or a solver failure. Ray marks the trial ERROR."""

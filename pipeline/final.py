@@ -1,0 +1,134 @@
+"""The `final` stage: retrain a family's best configuration over fresh seeds, spread over Ray.
+
+Each seed trains for `final.epochs`, keeps the weights of its best validation epoch and is
+scored on validation and test with them. The seed with the best validation score is logged as
+an MLflow pyfunc model, the candidate that `promote` may register.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+
+from pipeline import tracking
+from pipeline.cluster import ray_session
+from pipeline.config import FinalParams
+from pipeline.data.contract import load_dataset
+from pipeline.errors import ConfigError
+from pipeline.io import read_json, write_json
+from pipeline.paths import final_result_path, processed_dir, require, search_result_path
+from pipeline.serving import log_model_from_state
+from pipeline.spaces import split_config
+from pipeline.train import Trainer, TrainSettings, is_better
+
+
+@dataclass(frozen=True)
+class SeedJob:
+    dataset: str
+    family: str
+    dataset_dir: str
+    config: dict[str, Any]
+    seed: int
+    epochs: int
+    cpus: float
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+
+
+def train_seed(job: SeedJob) -> dict[str, Any]:
+    """Train one seed; returns its metrics, learning curve and best-validation weights."""
+    torch.set_num_threads(max(1, int(job.cpus)))
+    client = tracking.MlflowClient(job.tracking_uri)
+    run_id = tracking.start_run(client, job.experiment_id, f"final/{job.family}/seed-{job.seed}",
+                                {"dataset": job.dataset, "family": job.family, "stage": "final", "seed": job.seed},
+                                parent_run_id=job.parent_run_id)
+    tracking.log_params(client, run_id, {**job.config, "seed": job.seed, "epochs": job.epochs})
+    try:
+        train_cfg, model_cfg = split_config(job.config)
+        dataset = load_dataset(Path(job.dataset_dir))
+        trainer = Trainer(job.family, model_cfg, TrainSettings(**train_cfg), dataset, job.seed)
+        curve, best_val, best_state, seconds = [], None, None, []
+        while trainer.epoch < job.epochs:
+            m = trainer.run_epoch()
+            tracking.log_metrics(client, run_id, m, step=trainer.epoch)
+            curve.append(m["val_metric"])
+            seconds.append(m["epoch_seconds"])
+            if is_better(m["val_metric"], best_val, dataset.meta.mode):
+                best_val, best_state = m["val_metric"], copy.deepcopy(trainer.model.state_dict())
+        trainer.model.load_state_dict(best_state)
+        result = {"seed": job.seed, "val": trainer.evaluate("val"), "test": trainer.evaluate("test"),
+                  "num_params": trainer.model.num_parameters(), "seconds_per_epoch": statistics.median(seconds),
+                  "curve": curve, "mlflow_run_id": run_id}
+        tracking.log_metrics(client, run_id, {"final_val": result["val"], "final_test": result["test"],
+                                              "num_params": result["num_params"],
+                                              "seconds_per_epoch": result["seconds_per_epoch"]})
+    except Exception as exc:
+        tracking.finish(client, run_id, exc)
+        raise
+    tracking.finish(client, run_id)
+    return {**result, "state_dict": best_state, "input_channels": dataset.splits["train"].x.shape[2],
+            "meta": dataset.meta}
+
+
+def _spread(jobs: list[SeedJob], p: FinalParams) -> list[dict[str, Any]]:
+    remote = ray.remote(train_seed).options(num_cpus=p.resources.cpu, num_gpus=p.resources.gpu)
+    return ray.get([remote.remote(job) for job in jobs])
+
+
+def _summary(values: list[float]) -> tuple[float, float]:
+    # Sample standard deviation (ddof = 1) over seeds; 0 for a single seed.
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, Any]:
+    """Retrain the searched best config of (dataset, family) on every seed of `p.seeds`."""
+    data_dir = require(processed_dir(root, dataset), f"ctsweep prepare {dataset}")
+    searched = read_json(require(search_result_path(root, dataset, family), f"ctsweep search {dataset} {family}"))
+    if searched["trial_seed"] in p.seeds:
+        raise ConfigError(f"params.yaml: key `final.seeds`: {p.seeds} includes the search seed "
+                          f"{searched['trial_seed']}; final seeds must be fresh")
+    client, exp_id = tracking.experiment_id(root, dataset)
+    parent = tracking.start_run(client, exp_id, f"final/{family}", {"dataset": dataset, "family": family,
+                                                                     "stage": "final"})
+    tracking.log_params(client, parent, {**searched["best_config"], "seeds": p.seeds, "epochs": p.epochs})
+    jobs = [SeedJob(dataset, family, str(data_dir), searched["best_config"], s, p.epochs, p.resources.cpu,
+                    tracking.tracking_uri(root), exp_id, parent) for s in p.seeds]
+    try:
+        with ray_session():
+            runs = _spread(jobs, p)
+        record = _record(dataset, family, searched, runs, p)
+        best = max(runs, key=lambda r: r["val"]) if searched["mode"] == "max" else min(runs, key=lambda r: r["val"])
+        record["model_uri"] = log_model_from_state(best["mlflow_run_id"], tracking.tracking_uri(root), family,
+                                                   split_config(searched["best_config"])[1], best["input_channels"],
+                                                   best["state_dict"], best["meta"])
+        record["model_seed"] = best["seed"]
+        tracking.log_metrics(client, parent, {k: record[k] for k in ("val_mean", "val_std", "test_mean", "test_std")})
+    except BaseException as exc:
+        tracking.finish(client, parent, exc)
+        raise
+    tracking.finish(client, parent)
+    write_json(final_result_path(root, dataset, family), record)
+    return record
+
+
+def _record(dataset: str, family: str, searched: dict[str, Any], runs: list[dict[str, Any]],
+            p: FinalParams) -> dict[str, Any]:
+    val_mean, val_std = _summary([r["val"] for r in runs])
+    test_mean, test_std = _summary([r["test"] for r in runs])
+    keep = ("seed", "val", "test", "num_params", "seconds_per_epoch", "curve", "mlflow_run_id")
+    return {
+        "dataset": dataset, "family": family, "metric": searched["metric"], "mode": searched["mode"],
+        "config": searched["best_config"], "epochs": p.epochs, "n_seeds": len(runs),
+        "val_mean": val_mean, "val_std": val_std, "test_mean": test_mean, "test_std": test_std,
+        "params": runs[0]["num_params"],
+        "seconds_per_epoch": statistics.median(r["seconds_per_epoch"] for r in runs),
+        "n_trials": searched["n_trials"], "n_failed": searched["n_failed"],
+        "seeds": [{k: r[k] for k in keep} for r in runs],
+    }

@@ -1,0 +1,97 @@
+"""The contract every model family follows.
+
+A model never sees the run configuration: it takes plain keyword arguments. The trainer turns
+a whole split into model inputs once (`prepare_inputs`, a classmethod, so expensive work such as
+interpolation coefficients happens once per split and not once per batch), slices those tensors
+along their first dimension into batches, and calls `forward(**inputs)`.
+
+Shapes used throughout:
+    N  sequences in a split, B in a batch
+    L  padded sequence length; sequences are left-aligned, padding at the end
+    C  value channels (without time)
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+
+def elapsed_times(t: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Time since the previous observation; 0 at padding.
+
+    Args:
+        t: (N, L) observation times, non-decreasing along L within the valid part.
+        mask: (N, L) bool, True at observed steps.
+    Returns:
+        (N, L) elapsed times; the first step's elapsed time is t[:, 0] (time since t = 0).
+    """
+    previous = torch.cat([torch.zeros_like(t[:, :1]), t[:, :-1]], dim=1)
+    return torch.where(mask, t - previous, torch.zeros_like(t))
+
+
+def last_valid_index(mask: torch.Tensor) -> torch.Tensor:
+    """(N, L) bool mask -> (N,) long index of the last True step of each row."""
+    steps = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
+    return torch.where(mask, steps, torch.zeros_like(steps)).amax(dim=1)
+
+
+class SequenceModel(nn.Module):
+    """Base class of every registered family.
+
+    Subclasses set `representation` ("raw": values, elapsed times and mask, stepped through
+    one observation at a time; "interp": a continuous path built with torchcde) and implement
+    `prepare_inputs` and `forward`. With `per_step=True` the model returns one output per step
+    (B, L, output_size); otherwise one per sequence (B, output_size), read at the last
+    observed step of each sequence.
+    """
+
+    representation: ClassVar[str] = "raw"
+
+    def __init__(self, *, input_channels: int, output_size: int, per_step: bool = False) -> None:
+        super().__init__()
+        self.input_channels = input_channels
+        self.output_size = output_size
+        self.per_step = per_step
+
+    @classmethod
+    def prepare_inputs(
+        cls, x: torch.Tensor, t: torch.Tensor, mask: torch.Tensor, **model_kwargs: object
+    ) -> dict[str, torch.Tensor]:
+        """Whole split -> tensors indexed by sequence along dim 0.
+
+        Args:
+            x: (N, L, C) values, NaN where missing (and at padding).
+            t: (N, L) observation times; padding repeats the last valid time.
+            mask: (N, L) bool, True at observed steps.
+            model_kwargs: the model's own keyword arguments (for example the interpolation).
+        Default ("raw"): missing values become 0 (values are standardised, so 0 is the train
+        mean), plus elapsed times `dt` (N, L) and the `mask`.
+        """
+        return {"x": torch.nan_to_num(x, nan=0.0), "dt": elapsed_times(t, mask), "mask": mask}
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+def gather_steps(seq: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """(B, L, ...) and (B,) long index -> (B, ...): each row's entry at its own step."""
+    return seq[torch.arange(seq.shape[0], device=seq.device), index]
+
+
+def check_raw_inputs(
+    x: torch.Tensor, dt: torch.Tensor, mask: torch.Tensor, input_channels: int
+) -> None:
+    """Raise ValueError naming the shapes unless x is (B, L, input_channels), dt and mask (B, L)."""
+    if (
+        x.ndim != 3
+        or x.shape[-1] != input_channels
+        or dt.shape != x.shape[:2]
+        or mask.shape != x.shape[:2]
+    ):
+        raise ValueError(
+            f"expected x (B, L, {input_channels}), dt (B, L) and mask (B, L); got "
+            f"x {tuple(x.shape)}, dt {tuple(dt.shape)}, mask {tuple(mask.shape)}"
+        )

@@ -1,0 +1,92 @@
+"""Trained models as MLflow pyfunc models, loadable from the registry by `models:/<name>@champion`.
+
+The weights are saved as a plain checkpoint (family, model arguments, state dict, dataset
+metadata) and wrapped in a PythonModel rather than logged with `mlflow.pytorch`: MLflow 3's
+default torch.export serialisation needs an input example and cannot trace adaptive ODE
+solvers with data-dependent step counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import numpy as np
+import torch
+
+from pipeline.data.contract import Meta
+from pipeline.metrics import probabilities
+from pipeline.models import get_model_class
+from pipeline.train import build_model
+
+
+def save_checkpoint(path: Path, family: str, model_kwargs: dict[str, Any], input_channels: int,
+                    state_dict: dict[str, torch.Tensor], meta: Meta) -> None:
+    """The model's arguments stored next to its weights, so it rebuilds without any config."""
+    torch.save({"family": family, "model_kwargs": model_kwargs, "input_channels": input_channels,
+                "state_dict": state_dict, "meta": dataclasses.asdict(meta)}, path)
+
+
+def load_checkpoint(path: str | Path) -> tuple[torch.nn.Module, Meta, dict[str, Any]]:
+    ckpt = torch.load(path, weights_only=False, map_location="cpu")
+    meta = Meta(**ckpt["meta"])
+    model = build_model(ckpt["family"], meta, ckpt["input_channels"], ckpt["model_kwargs"])
+    model.load_state_dict(ckpt["state_dict"])
+    return model.eval(), meta, ckpt
+
+
+def predict_arrays(model: torch.nn.Module, meta: Meta, family: str, model_kwargs: dict[str, Any],
+                   x: np.ndarray, t: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """Predict from raw (unstandardised) series.
+
+    Args:
+        x: (N, L, C) values in the dataset's original units, NaN where missing.
+        t: (N, L) observation times.
+        mask: (N, L) observed steps; default: steps where any channel is observed.
+    Returns:
+        (N, K) class probabilities, (N,) P(positive) for binary, or (N, O) regression outputs
+        (with an L axis after N for per-step tasks).
+    """
+    x = np.asarray(x, np.float32)
+    mask = ~np.isnan(x).all(axis=-1) if mask is None else np.asarray(mask, bool)
+    x = (x - np.asarray(meta.norm_mean, np.float32)) / np.asarray(meta.norm_std, np.float32)
+    inputs = get_model_class(family).prepare_inputs(
+        torch.from_numpy(x), torch.from_numpy(np.asarray(t, np.float32)), torch.from_numpy(mask), **model_kwargs)
+    with torch.no_grad():
+        return probabilities(meta, model(**inputs)).numpy()
+
+
+class SequenceClassifierModel(mlflow.pyfunc.PythonModel):
+    """pyfunc wrapper; `predict` takes {"x": (N, L, C), "t": (N, L), optional "mask": (N, L)}."""
+
+    def load_context(self, context: Any) -> None:
+        self.model, self.meta, ckpt = load_checkpoint(context.artifacts["checkpoint"])
+        self.family, self.model_kwargs = ckpt["family"], ckpt["model_kwargs"]
+
+    # No type hints here: MLflow 3 derives a schema from them and would reject a dict of arrays.
+    def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201
+        return predict_arrays(self.model, self.meta, self.family, self.model_kwargs, model_input["x"],
+                              model_input["t"], model_input.get("mask"))
+
+
+def log_pyfunc(run_id: str, tracking_uri: str, checkpoint: Path) -> str:
+    """Log the checkpoint as a pyfunc model under `run_id`; returns the model URI."""
+    mlflow.set_tracking_uri(tracking_uri)
+    with mlflow.start_run(run_id=run_id):
+        info = mlflow.pyfunc.log_model(
+            name="model", python_model=SequenceClassifierModel(), artifacts={"checkpoint": str(checkpoint)},
+            # Explicit requirements: inferring them imports and inspects the whole environment.
+            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"],
+        )
+    return info.model_uri
+
+
+def log_model_from_state(run_id: str, tracking_uri: str, family: str, model_kwargs: dict[str, Any],
+                         input_channels: int, state_dict: dict[str, torch.Tensor], meta: Meta) -> str:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "checkpoint.pt"
+        save_checkpoint(path, family, model_kwargs, input_channels, state_dict, meta)
+        return log_pyfunc(run_id, tracking_uri, path)

@@ -1,0 +1,134 @@
+"""The one training loop every family shares, in search trials and in final runs alike."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pipeline.data.contract import Dataset, Meta, Split
+from pipeline.errors import TrialFailedError
+from pipeline.metrics import score
+from pipeline.models import SequenceModel, get_model_class
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    lr: float
+    batch_size: int
+    weight_decay: float = 0.0
+    grad_clip: float = 0.0  # 0: no clipping
+
+
+def build_model(family: str, meta: Meta, input_channels: int, model_kwargs: dict[str, Any]) -> SequenceModel:
+    """Instantiate a registered family for a dataset's input and output shape."""
+    cls = get_model_class(family)
+    return cls(input_channels=input_channels, output_size=meta.output_size, per_step=meta.per_step, **model_kwargs)
+
+
+def split_inputs(cls: type[SequenceModel], split: Split, model_kwargs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """A whole split -> the model's input tensors (computed once; sliced per batch)."""
+    x, t, mask = (torch.from_numpy(np.ascontiguousarray(a)) for a in (split.x, split.t, split.mask))
+    return cls.prepare_inputs(x, t, mask, **model_kwargs)
+
+
+def loss_fn(meta: Meta, output: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """output: (B, O) or (B, L, O) when per-step; y: (B,) or (B, L) (classes) or (..., O) (regression)."""
+    if meta.per_step:  # score observed steps only
+        output, y = output[mask], y[mask]
+    if meta.task == "classification":
+        return F.cross_entropy(output, y)
+    if meta.task == "binary":
+        return F.binary_cross_entropy_with_logits(output[..., 0], y.float())
+    return F.mse_loss(output, y.reshape(output.shape).float())
+
+
+class Trainer:
+    """Holds a model, its optimiser and the prepared splits of one dataset."""
+
+    def __init__(self, family: str, model_kwargs: dict[str, Any], settings: TrainSettings,
+                 dataset: Dataset, seed: int) -> None:
+        torch.manual_seed(seed)
+        self.meta, self.settings = dataset.meta, settings
+        cls = get_model_class(family)
+        channels = dataset.splits["train"].x.shape[2]
+        self.model = build_model(family, self.meta, channels, model_kwargs)
+        self.inputs = {name: split_inputs(cls, s, model_kwargs) for name, s in dataset.splits.items()}
+        self.targets = {name: torch.from_numpy(s.y) for name, s in dataset.splits.items()}
+        self.masks = {name: torch.from_numpy(s.mask) for name, s in dataset.splits.items()}
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.epoch = 0
+
+    def _batch(self, split: str, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {k: v[idx] for k, v in self.inputs[split].items()}
+
+    def _forward(self, split: str, idx: torch.Tensor) -> torch.Tensor:
+        try:
+            return self.model(**self._batch(split, idx))
+        except AssertionError as exc:
+            # torchdiffeq signals step-size underflow and max_num_steps with assert.
+            raise TrialFailedError(f"ODE solver failed at epoch {self.epoch + 1}: {exc}") from exc
+
+    def train_epoch(self) -> float:
+        """One pass over train in a seeded random order; returns the mean loss."""
+        self.model.train()
+        n = len(self.targets["train"])
+        order = torch.randperm(n, generator=self.generator)
+        total = 0.0
+        for start in range(0, n, self.settings.batch_size):
+            idx = order[start:start + self.settings.batch_size]
+            loss = loss_fn(self.meta, self._forward("train", idx), self.targets["train"][idx],
+                           self.masks["train"][idx])
+            if not torch.isfinite(loss):
+                raise TrialFailedError(f"non-finite training loss {loss.item()} at epoch {self.epoch + 1}")
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.settings.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
+            self.optimizer.step()
+            total += loss.item() * len(idx)
+        self.epoch += 1
+        return total / n
+
+    @torch.no_grad()
+    def predict(self, split: str, batch_size: int = 512) -> torch.Tensor:
+        """Raw outputs for a whole split: (N, O) or (N, L, O)."""
+        self.model.eval()
+        n = len(self.targets[split])
+        outs = [self._forward(split, torch.arange(s, min(s + batch_size, n))) for s in range(0, n, batch_size)]
+        return torch.cat(outs)
+
+    def evaluate(self, split: str) -> float:
+        value = score(self.meta, self.predict(split), self.targets[split], self.masks[split])
+        if not math.isfinite(value):
+            raise TrialFailedError(f"non-finite {self.meta.metric} on {split} at epoch {self.epoch}")
+        return value
+
+    def run_epoch(self) -> dict[str, float]:
+        """Train one epoch and score validation: {epoch, train_loss, val_metric, epoch_seconds}."""
+        start = time.perf_counter()
+        train_loss = self.train_epoch()
+        seconds = time.perf_counter() - start
+        return {"epoch": self.epoch, "train_loss": train_loss, "val_metric": self.evaluate("val"),
+                "epoch_seconds": seconds}
+
+    def state(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "generator": self.generator.get_state(), "epoch": self.epoch}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.epoch = state["epoch"]
+
+
+def is_better(a: float, b: float | None, mode: str) -> bool:
+    """Whether metric value `a` beats `b` (None: anything beats it) in direction `mode`."""
+    return b is None or (a > b if mode == "max" else a < b)

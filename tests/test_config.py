@@ -1,0 +1,74 @@
+"""params.yaml validation: wrong keys and types fail naming the file, key and what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.config import dataset_params, load_params
+from pipeline.errors import ConfigError
+from tests.conftest import REPO, default_params, write_params
+
+
+def test_default_params_load() -> None:
+    params = load_params(REPO / "params.yaml")
+    assert params.datasets == ["xor_event", "japanese_vowels", "japanese_vowels_drop30"]
+    assert set(params.families) == {"cfc", "ncde", "cde_fwp_delta", "ode_rnn"}
+    assert params.final.seeds == [0, 1, 2, 3, 4]
+    assert params.search.trial_seed not in params.final.seeds
+
+
+def test_unknown_key_names_file_and_key(tmp_path) -> None:
+    raw = default_params()
+    raw["search"]["num_sample"] = 3
+    path = write_params(tmp_path, raw)
+    with pytest.raises(ConfigError) as err:
+        load_params(path)
+    assert str(path) in str(err.value) and "search.num_sample" in str(err.value)
+
+
+def test_wrong_type_names_key_and_value(tmp_path) -> None:
+    raw = default_params()
+    raw["final"]["epochs"] = "many"
+    with pytest.raises(ConfigError, match=r"final\.epochs.*'many'"):
+        load_params(write_params(tmp_path, raw))
+
+
+def test_out_of_range_value(tmp_path) -> None:
+    raw = default_params()
+    raw["prepare"]["japanese_vowels"]["drop_fraction"] = 1.5
+    with pytest.raises(ConfigError, match=r"prepare\.japanese_vowels.*drop_fraction"):
+        load_params(write_params(tmp_path, raw))
+
+
+def test_unknown_family_lists_valid_ones(tmp_path) -> None:
+    raw = default_params()
+    raw["families"] = ["cfc", "transformer"]
+    with pytest.raises(ConfigError, match=r"transformer.*valid.*cde_fwp_delta.*ode_rnn"):
+        load_params(write_params(tmp_path, raw))
+
+
+def test_dataset_without_prepare_section(tmp_path) -> None:
+    raw = default_params()
+    raw["datasets"].append("speech_commands")
+    with pytest.raises(ConfigError, match="speech_commands"):
+        load_params(write_params(tmp_path, raw))
+
+
+def test_unknown_dataset_lists_valid_names() -> None:
+    params = load_params(REPO / "params.yaml")
+    with pytest.raises(ConfigError, match=r"'mnist'.*japanese_vowels"):
+        dataset_params(params, "mnist")
+
+
+def test_duplicate_final_seeds(tmp_path) -> None:
+    raw = default_params()
+    raw["final"]["seeds"] = [0, 0, 1]
+    with pytest.raises(ConfigError, match="distinct"):
+        load_params(write_params(tmp_path, raw))
+
+
+def test_malformed_yaml_names_file(tmp_path) -> None:
+    path = tmp_path / "params.yaml"
+    path.write_text("search: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_params(path)

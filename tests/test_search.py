@@ -1,0 +1,70 @@
+"""The search stage's failure paths: bad input fails before Ray starts; failing trials end as
+FAIL in Optuna and FAILED in MLflow while the search runs its other trials."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import ray
+from mlflow.tracking import MlflowClient
+
+from pipeline import tracking
+from pipeline.config import SearchParams, XorParams
+from pipeline.data.contract import Dataset, Split, save_dataset
+from pipeline.data.prepare import build_xor
+from pipeline.errors import ConfigError, MissingInputError, TrialFailedError
+from pipeline.paths import processed_dir, search_result_path
+from pipeline.search import search
+
+
+@pytest.fixture
+def root(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    return project
+
+
+def _poisoned_dataset(root: Path, name: str) -> None:
+    """A dataset with an infinite training value: every trial's loss turns NaN in epoch 1."""
+    d = build_xor(name, XorParams(kind="xor", n_train=120, n_test=40, seed=3))
+    train = d.splits["train"]
+    x = train.x.copy()
+    x[0, 0, 0] = np.inf
+    save_dataset(processed_dir(root, name), Dataset(d.meta, {**d.splits, "train": Split(x, train.t, train.mask, train.y)}))
+
+
+def test_missing_dataset_names_the_producing_stage(root: Path) -> None:
+    with pytest.raises(MissingInputError, match="ctsweep prepare xor_event"):
+        search(root, "xor_event", "cfc", SearchParams())
+    assert not ray.is_initialized()
+
+
+def test_bad_space_fails_before_ray_starts(root: Path) -> None:
+    save_dataset(processed_dir(root, "x"), build_xor("x", XorParams(kind="xor", n_train=40, n_test=10)))
+    space = root / "search_spaces" / "cfc.yaml"
+    space.write_text(space.read_text().replace("  hidden_size: {", "  hiddn_size: {", 1))
+    with pytest.raises(ConfigError, match="hiddn_size"):
+        search(root, "x", "cfc", SearchParams())
+    assert not ray.is_initialized()
+    assert not (root / "mlflow.db").exists()
+
+
+@pytest.mark.slow
+def test_nan_trials_fail_cleanly_and_the_search_goes_on(root: Path) -> None:
+    _poisoned_dataset(root, "poisoned")
+    p = SearchParams(num_samples=3, max_concurrent=2, epochs=2, n_startup_trials=1)
+    with pytest.raises(TrialFailedError, match="every trial of poisoned/cfc failed.*non-finite training loss"):
+        search(root, "poisoned", "cfc", p)
+    assert not search_result_path(root, "poisoned", "cfc").exists()  # nothing half-written
+    client = MlflowClient(tracking.tracking_uri(root))
+    exp = client.get_experiment_by_name("ctsweep/poisoned")
+    runs = client.search_runs([exp.experiment_id])
+    parent = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(children) == 3  # every trial ran although the first ones failed
+    assert all(r.info.status == "FAILED" and "non-finite" in r.data.tags["error"] for r in children)
+    assert len(parent) == 1 and parent[0].info.status == "FAILED"
+    assert json.loads(parent[0].data.tags["optuna_states"]) == {"FAIL": 3}  # Optuna told; none RUNNING
