@@ -63,7 +63,7 @@ class SearchParams(_Strict):
     n_startup_trials: int = Field(2, ge=0, description="random trials before TPE takes over")
     trial_seed: int = Field(1000, description="training seed of every search trial")
     trial_time_limit_s: float | None = Field(
-        None, gt=0, description="stop a trial at its first epoch report past this many seconds")
+        None, gt=0, description="wall-clock limit per trial; checked between batches")
     asha: AshaParams = AshaParams()
     resources: Resources = Resources()
     storage_path: str = Field("ray_results", description="Ray Tune storage; relative to the root")

@@ -28,7 +28,7 @@ from pipeline.data.contract import load_dataset, load_meta
 from pipeline.errors import TrialFailedError
 from pipeline.paths import processed_dir, require, search_result_path
 from pipeline.spaces import SearchSpace, load_space, space_path, split_config
-from pipeline.train import Trainer, TrainSettings, is_better
+from pipeline.train import TimeLimitReached, Trainer, TrainSettings, is_better
 from pipeline.io import write_json
 
 METRIC = "val_metric"
@@ -47,6 +47,7 @@ class TrialContext:
     tracking_uri: str
     experiment_id: str
     parent_run_id: str
+    time_limit_s: float | None = None
 
 
 def _restore(trainer: Trainer) -> None:
@@ -79,13 +80,28 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
                           ctx.seed)
         _restore(trainer)
         tracking.log_params(client, run_id, {"num_params": trainer.model.num_parameters()})
+        deadline = time.monotonic() + ctx.time_limit_s if ctx.time_limit_s else None
         while trainer.epoch < ctx.epochs:
-            metrics = trainer.run_epoch()
+            metrics = trainer.run_epoch(deadline)
             tracking.log_metrics(client, run_id, metrics, step=trainer.epoch)
             _report(trainer, metrics, run_id)  # Tune may end this process here; the driver closes the run
+    except TimeLimitReached as exc:
+        if trainer.epoch == 0:  # nothing to judge the configuration by: a failed trial
+            tracking.finish(client, run_id, TrialFailedError(f"first epoch exceeded trial_time_limit_s: {exc}"))
+            raise TrialFailedError(f"first epoch exceeded trial_time_limit_s={ctx.time_limit_s}") from exc
+        # Otherwise the trial ends here with what it reported, like an early stop.
+        tracking.set_tags(client, run_id, {"time_limited": "true", "early_stopped": "true"})
+        client.set_terminated(run_id, "KILLED")
     except Exception as exc:
         tracking.finish(client, run_id, exc)
         raise
+
+
+def _error_message(error: BaseException) -> str:
+    """The trial's own exception, not Ray's wrapper around it (RayTaskError keeps it as cause)."""
+    cause = getattr(error, "cause", None) or error
+    lines = [line for line in str(cause).splitlines() if line.strip()]
+    return f"{type(cause).__name__}: {lines[-1] if lines else ''}"[:300]
 
 
 def _trial_records(grid: tune.ResultGrid, mode: str) -> list[dict[str, Any]]:
@@ -98,7 +114,7 @@ def _trial_records(grid: tune.ResultGrid, mode: str) -> list[dict[str, Any]]:
             "trial_id": result.metrics.get("trial_id") if result.metrics else None,
             "config": result.config, "best_val": best, "epochs": len(values),
             "status": "error" if result.error else "ok",
-            "error": str(result.error).splitlines()[0][:300] if result.error else None,
+            "error": _error_message(result.error) if result.error else None,
             "mlflow_run_id": result.metrics.get("mlflow_run_id") if result.metrics else None,
         })
     return records
@@ -142,7 +158,6 @@ def _tuner(space: SearchSpace, ctx: TrialContext, p: SearchParams, mode: str,
         run_config=tune.RunConfig(
             name=f"{ctx.dataset}__{ctx.family}__{time.strftime('%Y%m%d-%H%M%S')}", storage_path=str(storage),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2), verbose=0,
-            stop={"time_total_s": p.trial_time_limit_s} if p.trial_time_limit_s else None,
             failure_config=tune.FailureConfig(max_failures=0)),
     )
 
@@ -168,7 +183,7 @@ def search(root: Path, dataset: str, family: str, p: SearchParams) -> dict[str, 
                                 {"dataset": dataset, "family": family, "stage": "search"})
     tracking.log_params(client, parent, {"search." + k: v for k, v in p.model_dump().items()})
     ctx = TrialContext(dataset, family, str(data_dir), p.epochs, p.trial_seed, p.resources.cpu,
-                       tracking.tracking_uri(root), exp_id, parent)
+                       tracking.tracking_uri(root), exp_id, parent, p.trial_time_limit_s)
     try:
         with ray_session():
             searcher, tuner = _tuner(space, ctx, p, meta.mode, (root / p.storage_path).resolve())

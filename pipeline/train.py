@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import dataclass
@@ -13,6 +14,10 @@ import torch.nn.functional as F
 
 from pipeline.data.contract import Dataset, Meta, Split
 from pipeline.errors import TrialFailedError
+
+
+class TimeLimitReached(Exception):
+    """Raised between batches once a run's wall-clock deadline has passed."""
 from pipeline.metrics import score
 from pipeline.models import SequenceModel, get_model_class
 
@@ -75,8 +80,11 @@ class Trainer:
             # torchdiffeq signals step-size underflow and max_num_steps with assert.
             raise TrialFailedError(f"ODE solver failed at epoch {self.epoch + 1}: {exc}") from exc
 
-    def train_epoch(self) -> float:
-        """One pass over train in a seeded random order; returns the mean loss."""
+    def train_epoch(self, deadline: float | None = None) -> float:
+        """One pass over train in a seeded random order; returns the mean loss.
+
+        With a `deadline` (time.monotonic()), raises TimeLimitReached between batches past it.
+        """
         self.model.train()
         n = len(self.targets["train"])
         order = torch.randperm(n, generator=self.generator)
@@ -93,6 +101,8 @@ class Trainer:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
             self.optimizer.step()
             total += loss.item() * len(idx)
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeLimitReached(f"time limit reached during epoch {self.epoch + 1}")
         self.epoch += 1
         return total / n
 
@@ -110,17 +120,18 @@ class Trainer:
             raise TrialFailedError(f"non-finite {self.meta.metric} on {split} at epoch {self.epoch}")
         return value
 
-    def run_epoch(self) -> dict[str, float]:
+    def run_epoch(self, deadline: float | None = None) -> dict[str, float]:
         """Train one epoch and score validation: {epoch, train_loss, val_metric, epoch_seconds}."""
         start = time.perf_counter()
-        train_loss = self.train_epoch()
+        train_loss = self.train_epoch(deadline)
         seconds = time.perf_counter() - start
         return {"epoch": self.epoch, "train_loss": train_loss, "val_metric": self.evaluate("val"),
                 "epoch_seconds": seconds}
 
     def state(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "generator": self.generator.get_state(), "epoch": self.epoch}
+        """A snapshot (copied: state_dict() tensors alias the live parameters)."""
+        return copy.deepcopy({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                              "generator": self.generator.get_state(), "epoch": self.epoch})
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])

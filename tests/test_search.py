@@ -28,11 +28,12 @@ def root(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _poisoned_dataset(root: Path, name: str) -> None:
-    """A dataset with an infinite training value: every trial's loss turns NaN in epoch 1."""
+    """A dataset with an infinite training value: the NCDE's path, and so every trial's loss,
+    turns NaN in epoch 1."""
     d = build_xor(name, XorParams(kind="xor", n_train=120, n_test=40, seed=3))
     train = d.splits["train"]
     x = train.x.copy()
-    x[0, 0, 0] = np.inf
+    x[:, 0, 0] = np.inf
     save_dataset(processed_dir(root, name), Dataset(d.meta, {**d.splits, "train": Split(x, train.t, train.mask, train.y)}))
 
 
@@ -56,15 +57,18 @@ def test_bad_space_fails_before_ray_starts(root: Path) -> None:
 def test_nan_trials_fail_cleanly_and_the_search_goes_on(root: Path) -> None:
     _poisoned_dataset(root, "poisoned")
     p = SearchParams(num_samples=3, max_concurrent=2, epochs=2, n_startup_trials=1)
-    with pytest.raises(TrialFailedError, match="every trial of poisoned/cfc failed.*non-finite training loss"):
-        search(root, "poisoned", "cfc", p)
-    assert not search_result_path(root, "poisoned", "cfc").exists()  # nothing half-written
+    with pytest.raises(TrialFailedError, match="every trial of poisoned/ncde failed.*TrialFailedError"):
+        search(root, "poisoned", "ncde", p)
+    assert not search_result_path(root, "poisoned", "ncde").exists()  # nothing half-written
     client = MlflowClient(tracking.tracking_uri(root))
     exp = client.get_experiment_by_name("ctsweep/poisoned")
     runs = client.search_runs([exp.experiment_id])
     parent = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(children) == 3  # every trial ran although the first ones failed
-    assert all(r.info.status == "FAILED" and "non-finite" in r.data.tags["error"] for r in children)
+    for r in children:
+        # rk4 trials see a NaN loss; dopri5 trials see the solver's step size underflow first
+        error = r.data.tags.get("error", "")
+        assert r.info.status == "FAILED" and ("non-finite" in error or "solver failed" in error), error
     assert len(parent) == 1 and parent[0].info.status == "FAILED"
     assert json.loads(parent[0].data.tags["optuna_states"]) == {"FAIL": 3}  # Optuna told; none RUNNING
