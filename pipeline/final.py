@@ -7,7 +7,6 @@ an MLflow pyfunc model, the candidate that `promote` may register.
 
 from __future__ import annotations
 
-import copy
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from pipeline.io import read_json, write_json
 from pipeline.paths import final_result_path, processed_dir, require, search_result_path
 from pipeline.serving import log_model_from_state
 from pipeline.spaces import split_config
-from pipeline.train import Trainer, TrainSettings, is_better
+from pipeline.train import Trainer, TrainSettings, device_for, is_better
 
 
 @dataclass(frozen=True)
@@ -37,6 +36,7 @@ class SeedJob:
     seed: int
     epochs: int
     cpus: float
+    gpus: float
     tracking_uri: str
     experiment_id: str
     parent_run_id: str
@@ -53,7 +53,7 @@ def train_seed(job: SeedJob) -> dict[str, Any]:
     try:
         train_cfg, model_cfg = split_config(job.config)
         dataset = load_dataset(Path(job.dataset_dir))
-        trainer = Trainer(job.family, model_cfg, TrainSettings(**train_cfg), dataset, job.seed)
+        trainer = Trainer(job.family, model_cfg, TrainSettings(**train_cfg), dataset, job.seed, device_for(job.gpus))
         curve, best_val, best_state, seconds = [], None, None, []
         while trainer.epoch < job.epochs:
             m = trainer.run_epoch()
@@ -61,8 +61,8 @@ def train_seed(job: SeedJob) -> dict[str, Any]:
             curve.append(m["val_metric"])
             seconds.append(m["epoch_seconds"])
             if is_better(m["val_metric"], best_val, dataset.meta.mode):
-                best_val, best_state = m["val_metric"], copy.deepcopy(trainer.model.state_dict())
-        trainer.model.load_state_dict(best_state)
+                best_val, best_state = m["val_metric"], trainer.weights()
+        trainer.model.load_state_dict(best_state)  # copies onto the model's device
         result = {"seed": job.seed, "val": trainer.evaluate("val"), "test": trainer.evaluate("test"),
                   "num_params": trainer.model.num_parameters(), "seconds_per_epoch": statistics.median(seconds),
                   "curve": curve, "mlflow_run_id": run_id}
@@ -99,7 +99,7 @@ def final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, An
                                                                      "stage": "final"})
     tracking.log_params(client, parent, {**searched["best_config"], "seeds": p.seeds, "epochs": p.epochs})
     jobs = [SeedJob(dataset, family, str(data_dir), searched["best_config"], s, p.epochs, p.resources.cpu,
-                    tracking.tracking_uri(root), exp_id, parent) for s in p.seeds]
+                    p.resources.gpu, tracking.tracking_uri(root), exp_id, parent) for s in p.seeds]
     try:
         with ray_session():
             runs = _spread(jobs, p)
@@ -109,6 +109,7 @@ def final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, An
                                                    split_config(searched["best_config"])[1], best["input_channels"],
                                                    best["state_dict"], best["meta"])
         record["model_seed"] = best["seed"]
+        record["mlflow_parent_run_id"] = parent
         tracking.log_metrics(client, parent, {k: record[k] for k in ("val_mean", "val_std", "test_mean", "test_std")})
     except BaseException as exc:
         tracking.finish(client, parent, exc)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import optuna
 import torch
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler
@@ -28,7 +29,7 @@ from pipeline.data.contract import load_dataset, load_meta
 from pipeline.errors import TrialFailedError
 from pipeline.paths import processed_dir, require, search_result_path
 from pipeline.spaces import SearchSpace, load_space, space_path, split_config
-from pipeline.train import TimeLimitReached, Trainer, TrainSettings, is_better
+from pipeline.train import TimeLimitReached, Trainer, TrainSettings, device_for, is_better
 from pipeline.io import write_json
 
 METRIC = "val_metric"
@@ -48,6 +49,7 @@ class TrialContext:
     experiment_id: str
     parent_run_id: str
     time_limit_s: float | None = None
+    gpus: float = 0.0
 
 
 def _restore(trainer: Trainer) -> None:
@@ -77,7 +79,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
     try:
         train_cfg, model_cfg = split_config(config)
         trainer = Trainer(ctx.family, model_cfg, TrainSettings(**train_cfg), load_dataset(Path(ctx.dataset_dir)),
-                          ctx.seed)
+                          ctx.seed, device_for(ctx.gpus))
         _restore(trainer)
         tracking.log_params(client, run_id, {"num_params": trainer.model.num_parameters()})
         deadline = time.monotonic() + ctx.time_limit_s if ctx.time_limit_s else None
@@ -142,8 +144,6 @@ def _close_runs(client: tracking.MlflowClient, records: list[dict[str, Any]], ep
 
 def _tuner(space: SearchSpace, ctx: TrialContext, p: SearchParams, mode: str,
            storage: Path) -> tuple[OptunaSearch, tune.Tuner]:
-    import optuna
-
     sampler = optuna.samplers.TPESampler(seed=p.sampler_seed, n_startup_trials=p.n_startup_trials)
     searcher = OptunaSearch(space.define_by_run(), metric=METRIC, mode=mode, sampler=sampler,
                             points_to_evaluate=[space.reference] if space.reference else None)
@@ -183,7 +183,7 @@ def search(root: Path, dataset: str, family: str, p: SearchParams) -> dict[str, 
                                 {"dataset": dataset, "family": family, "stage": "search"})
     tracking.log_params(client, parent, {"search." + k: v for k, v in p.model_dump().items()})
     ctx = TrialContext(dataset, family, str(data_dir), p.epochs, p.trial_seed, p.resources.cpu,
-                       tracking.tracking_uri(root), exp_id, parent, p.trial_time_limit_s)
+                       tracking.tracking_uri(root), exp_id, parent, p.trial_time_limit_s, p.resources.gpu)
     try:
         with ray_session():
             searcher, tuner = _tuner(space, ctx, p, meta.mode, (root / p.storage_path).resolve())
@@ -208,15 +208,15 @@ def search(root: Path, dataset: str, family: str, p: SearchParams) -> dict[str, 
 def _summarise(dataset: str, family: str, metric: str, mode: str, space: SearchSpace, p: SearchParams,
                records: list[dict[str, Any]], parent: str) -> dict[str, Any]:
     best = None
-    for r in records:
-        if r["best_val"] is not None and is_better(r["best_val"], best and best["best_val"], mode):
+    for r in records:  # a trial that failed later does not win on its earlier epochs
+        if r["status"] == "ok" and r["best_val"] is not None and is_better(r["best_val"], best and best["best_val"], mode):
             best = r
     if best is None:
         errors = sorted({r["error"] for r in records if r["error"]})
         raise TrialFailedError(f"every trial of {dataset}/{family} failed; errors: {errors}")
     return {
         "dataset": dataset, "family": family, "metric": metric, "mode": mode,
-        "best_config": space.full_config({k: v for k, v in best["config"].items() if k not in space.fixed}),
+        "best_config": dict(best["config"]),  # sampled values plus the fixed ones
         "best_val": best["best_val"], "trial_seed": p.trial_seed, "sampler_seed": p.sampler_seed,
         "n_trials": len(records), "n_failed": sum(r["status"] == "error" for r in records),
         "reference": space.reference, "mlflow_parent_run_id": parent, "trials": records,

@@ -83,10 +83,6 @@ class SearchSpace:
         """The function OptunaSearch calls per trial (picklable: Tune checkpoints the searcher)."""
         return functools.partial(_sample, self)
 
-    def full_config(self, sampled: dict[str, Any]) -> dict[str, Any]:
-        """A trial's config: sampled values plus the fixed ones."""
-        return {**self.fixed, **sampled}
-
 
 def _sample(space: SearchSpace, trial: optuna.Trial) -> dict[str, Any]:
     """Suggest every active param in file order; return the fixed values as Tune constants."""

@@ -57,15 +57,17 @@ class Trainer:
     """Holds a model, its optimiser and the prepared splits of one dataset."""
 
     def __init__(self, family: str, model_kwargs: dict[str, Any], settings: TrainSettings,
-                 dataset: Dataset, seed: int) -> None:
+                 dataset: Dataset, seed: int, device: str = "cpu") -> None:
         torch.manual_seed(seed)
         self.meta, self.settings = dataset.meta, settings
         cls = get_model_class(family)
         channels = dataset.splits["train"].x.shape[2]
-        self.model = build_model(family, self.meta, channels, model_kwargs)
-        self.inputs = {name: split_inputs(cls, s, model_kwargs) for name, s in dataset.splits.items()}
-        self.targets = {name: torch.from_numpy(s.y) for name, s in dataset.splits.items()}
-        self.masks = {name: torch.from_numpy(s.mask) for name, s in dataset.splits.items()}
+        self.model = build_model(family, self.meta, channels, model_kwargs).to(device)
+        # Whole splits live on the device: the datasets are small, and it saves a copy per batch.
+        self.inputs = {name: {k: v.to(device) for k, v in split_inputs(cls, s, model_kwargs).items()}
+                       for name, s in dataset.splits.items()}
+        self.targets = {name: torch.from_numpy(s.y).to(device) for name, s in dataset.splits.items()}
+        self.masks = {name: torch.from_numpy(s.mask).to(device) for name, s in dataset.splits.items()}
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
         self.generator = torch.Generator().manual_seed(seed)
         self.epoch = 0
@@ -115,7 +117,7 @@ class Trainer:
         return torch.cat(outs)
 
     def evaluate(self, split: str) -> float:
-        value = score(self.meta, self.predict(split), self.targets[split], self.masks[split])
+        value = score(self.meta, self.predict(split).cpu(), self.targets[split].cpu(), self.masks[split].cpu())
         if not math.isfinite(value):
             raise TrialFailedError(f"non-finite {self.meta.metric} on {split} at epoch {self.epoch}")
         return value
@@ -128,6 +130,10 @@ class Trainer:
         return {"epoch": self.epoch, "train_loss": train_loss, "val_metric": self.evaluate("val"),
                 "epoch_seconds": seconds}
 
+    def weights(self) -> dict[str, torch.Tensor]:
+        """A CPU copy of the model's weights (loadable where there is no GPU)."""
+        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+
     def state(self) -> dict[str, Any]:
         """A snapshot (copied: state_dict() tensors alias the live parameters)."""
         return copy.deepcopy({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -138,6 +144,11 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
         self.epoch = state["epoch"]
+
+
+def device_for(gpus: float) -> str:
+    """CUDA when the run was given a GPU share (Ray sets CUDA_VISIBLE_DEVICES to it), else CPU."""
+    return "cuda" if gpus > 0 and torch.cuda.is_available() else "cpu"
 
 
 def is_better(a: float, b: float | None, mode: str) -> bool:

@@ -34,7 +34,7 @@ def test_reference_is_enqueued_first_and_sampling_is_seeded(family: str) -> None
         for _ in range(4):
             trial = study.ask()
             fixed = space.define_by_run()(trial)
-            out.append(space.full_config({**trial.params, **fixed}))
+            out.append({**trial.params, **fixed})
             study.tell(trial, 0.5)
         return out
 
