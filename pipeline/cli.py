@@ -40,9 +40,9 @@ def _params(root: Optional[Path]) -> tuple[Path, Params]:
     return base, load_params(base / "params.yaml")
 
 
-def _check(name: str, valid: list[str], what: str) -> None:
+def _check(name: str, valid: list[str], key: str) -> None:
     if name not in valid:
-        raise ConfigError(f"unknown {what} {name!r}; valid (params.yaml `{what}s`): {valid}")
+        raise ConfigError(f"{name!r} is not in params.yaml `{key}`; valid: {valid}")
 
 
 @app.command()
@@ -63,8 +63,8 @@ def search(dataset: str, family: str, root: Path = ROOT) -> None:
     from pipeline.search import search as run
 
     base, params = _params(root)
-    _check(dataset, params.datasets, "dataset")
-    _check(family, params.families, "family")
+    _check(dataset, params.datasets, "datasets")
+    _check(family, params.families, "families")
     record = run(base, dataset, family, params.search)
     typer.echo(f"{dataset}/{family}: best val {record['metric']} {record['best_val']:.4f} "
                f"({record['n_trials']} trials, {record['n_failed']} failed)")
@@ -77,8 +77,8 @@ def final(dataset: str, family: str, root: Path = ROOT) -> None:
     from pipeline.final import final as run
 
     base, params = _params(root)
-    _check(dataset, params.datasets, "dataset")
-    _check(family, params.families, "family")
+    _check(dataset, params.datasets, "datasets")
+    _check(family, params.families, "families")
     r = run(base, dataset, family, params.final)
     typer.echo(f"{dataset}/{family}: test {r['test_mean']:.4f} ± {r['test_std']:.4f} over {r['n_seeds']} seeds")
 
@@ -110,7 +110,7 @@ def promote(
     if dataset is None:
         decisions = run_all(base, params.datasets, params.families, params.promote)
     else:
-        _check(dataset, params.datasets, "dataset")
+        _check(dataset, params.datasets, "datasets")
         decisions = [promote_dataset(base, dataset, params.families, params.promote, family=family)]
     typer.echo(json.dumps(decisions, indent=2))
 

@@ -109,10 +109,28 @@ class Params(_Strict):
         return self
 
 
+_KINDS = {"xor": XorParams, "uea": UeaParams}
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys allowed beside the offending one, found by walking the schema along `loc`."""
+    model: Any = Params
+    for part in loc[:-1]:
+        if part in _KINDS:  # the discriminator tag pydantic puts in the location
+            model = _KINDS[part]
+        elif isinstance(model, type) and issubclass(model, BaseModel) and part in model.model_fields:
+            model = model.model_fields[part].annotation
+        # else: a free dict key such as a dataset name; the next tag tells the model
+    return sorted(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
+
+
 def _format(err: ValidationError, path: Path) -> str:
     lines = []
     for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"] if not str(p).startswith(("XorParams", "UeaParams")))
+        key = ".".join(str(p) for p in e["loc"] if p not in _KINDS)
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{path}: unknown key `{key}`; allowed here: {_allowed_keys(e['loc'])}")
+            continue
         got = e.get("input")
         shown = "" if isinstance(got, dict) else f" (got {got!r})"
         lines.append(f"{path}: key `{key or '<root>'}`: {e['msg']}{shown}")

@@ -24,6 +24,7 @@ def test_unknown_key_names_file_and_key(tmp_path) -> None:
     with pytest.raises(ConfigError) as err:
         load_params(path)
     assert str(path) in str(err.value) and "search.num_sample" in str(err.value)
+    assert "allowed here" in str(err.value) and "num_samples" in str(err.value)
 
 
 def test_wrong_type_names_key_and_value(tmp_path) -> None:

@@ -75,6 +75,8 @@ def test_outputs_and_tables(repro: tuple[Path, str]) -> None:
         searched = json.loads((root / "results" / DATASET / "search" / f"{family}.json").read_text())
         assert searched["optuna_states"].get("RUNNING", 0) == 0
         assert sum(searched["optuna_states"].values()) == TRIALS
+        reference = searched["reference"]  # the paper's configuration was among the trials
+        assert any(all(t["config"].get(k) == v for k, v in reference.items()) for t in searched["trials"])
     table = (root / "reports" / "results.md").read_text()
     assert all(f in table for f in FAMILIES) and "±" in table
     for kind in ("curves", "lr"):
