@@ -8,10 +8,9 @@ and a checkpoint per epoch, and logs to an MLflow child run of the search's pare
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 

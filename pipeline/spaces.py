@@ -159,7 +159,7 @@ def _check_reference(path: Path, space: SearchSpace) -> None:
                 raise _err(path, f"reference.{spec.name}", f"set, but inactive given {spec.when}")
             continue
         if spec.name not in space.reference:
-            raise _err(path, f"reference.{spec.name}", f"missing; the reference must set every active param")
+            raise _err(path, f"reference.{spec.name}", "missing; the reference must set every active param")
         value = space.reference[spec.name]
         if not spec.contains(value):
             raise _err(path, f"reference.{spec.name}", f"{value!r} lies outside the space: {spec.allowed()}")

@@ -14,12 +14,12 @@ import torch.nn.functional as F
 
 from pipeline.data.contract import Dataset, Meta, Split
 from pipeline.errors import TrialFailedError
+from pipeline.metrics import score
+from pipeline.models import SequenceModel, get_model_class
 
 
 class TimeLimitReached(Exception):
     """Raised between batches once a run's wall-clock deadline has passed."""
-from pipeline.metrics import score
-from pipeline.models import SequenceModel, get_model_class
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ def root(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _poisoned_dataset(root: Path, name: str) -> None:
-    """A dataset with an infinite training value: the NCDE's path, and so every trial's loss,
-    turns NaN in epoch 1."""
+    """A dataset with infinite training values: in epoch 1 every NCDE trial's loss turns NaN
+    (fixed-step solvers) or its adaptive solver's step size underflows (dopri5)."""
     d = build_xor(name, XorParams(kind="xor", n_train=120, n_test=40, seed=3))
     train = d.splits["train"]
     x = train.x.copy()
