@@ -46,13 +46,18 @@ def solver_kwargs(method: str, step_fraction: float, rtol: float, atol: float, m
     return {"method": method, "rtol": rtol, "atol": atol, "options": {"max_num_steps": max_steps}}
 
 
-def stop_at_knots(solver: dict, grid: torch.Tensor) -> dict:
+def stop_at_knots(solver: dict, grid: torch.Tensor, *, outputs_at_knots: bool = True) -> dict:
     """Solver kwargs for one call over `grid`: adaptive solvers restart at the knots, where the
-    spline's third derivative jumps (torchcde's advice for dopri5)."""
+    spline's third derivative jumps (torchcde's advice for dopri5).
+
+    torchdiffeq counts `max_num_steps` per output interval. With outputs at every knot (the
+    default, t = grid) the per-interval cap stands as it is; a call that outputs only the two
+    ends (outputs_at_knots=False, t = grid[[0, -1]]) gets the cap times the number of intervals.
+    """
     if solver["method"] in FIXED_STEP_METHODS:
         return solver
-    per_interval = solver["options"]["max_num_steps"]
-    return {**solver, "options": {"jump_t": grid, "max_num_steps": per_interval * (len(grid) - 1)}}
+    cap = solver["options"]["max_num_steps"] * (1 if outputs_at_knots else len(grid) - 1)
+    return {**solver, "options": {"jump_t": grid, "max_num_steps": cap}}
 
 
 def _end_value(coeffs: torch.Tensor, channels: int) -> torch.Tensor:
