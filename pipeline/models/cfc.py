@@ -1,75 +1,31 @@
-"""Closed-form continuous-time network (CfC), Hasani et al. 2022, Nature Machine Intelligence.
+"""Closed-form continuous-time networks (Hasani et al. 2022, Nature Machine Intelligence).
 
-Eq. 10 of the paper with a backbone network: per observation, with features
-u = backbone([x_t, h]) and dt the time elapsed since the previous observation,
+Four families, stepping through the observations of each sequence with the elapsed time dt
+between observations as an input (the equations are in _cfc_cells.py):
 
-    gate  = sigmoid(f_a(u) * dt + f_b(u))
-    h_new = tanh(g(u)) * (1 - gate) + gate * tanh(h_(u))
+    CfC          Eq. 10, time-continuous sigmoid gate between two candidate states
+    CfCNoGate    the ablation without the (1 - gate) factor
+    CfS          Eq. 9, the direct closed-form solution ("Cf-S", official flag `minimal`)
+    CfCMMRNN     CfC as the continuous-time state of an LSTM ("CfC-mmRNN", flag `use_mixed`)
 
-so the state moves from one candidate to the other as time passes, without an ODE solver.
+Options of the official configurations that change the model are arguments: `time_scale` (tau:
+dt is multiplied by it before it reaches the cell) and `init_gain` (xavier-uniform gain, `init`).
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 from torch import nn
 
-from .base import SequenceModel, check_raw_inputs
+from ._cfc_cells import ACTIVATIONS, Backbone, CfCCell, CfSCell, MemoryLSTMCell
+from .base import SequenceModel, check_raw_inputs, gather_steps, last_valid_index
 
 
-class LeCunTanh(nn.Module):
-    """LeCun's scaled tanh, 1.7159 * tanh(0.666 x): unit variance for unit-variance inputs."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return 1.7159 * torch.tanh(0.666 * x)
-
-
-ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
-    "silu": nn.SiLU,
-    "tanh": nn.Tanh,
-    "relu": nn.ReLU,
-    "gelu": nn.GELU,
-    "lecun_tanh": LeCunTanh,
-}
-
-
-class CfCCell(nn.Module):
-    """One CfC update: (x_t (B, C), h (B, H), dt (B,)) -> h_new (B, H)."""
-
-    def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        backbone_units: int,
-        backbone_layers: int,
-        activation: str,
-        dropout: float,
-    ) -> None:
-        super().__init__()
-        layers: list[nn.Module] = []
-        width = input_size + hidden_size
-        for _ in range(backbone_layers):
-            layers += [nn.Linear(width, backbone_units), ACTIVATIONS[activation](), nn.Dropout(dropout)]
-            width = backbone_units
-        self.backbone = nn.Sequential(*layers)
-        # The four heads g, h_, f_a, f_b as one matmul; identical to four Linear layers.
-        self.heads = nn.Linear(backbone_units, 4 * hidden_size)
-
-    def forward(self, x: torch.Tensor, h: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
-        features = self.backbone(torch.cat([x, h], dim=-1))  # (B, units)
-        g, h_, f_a, f_b = self.heads(features).chunk(4, dim=-1)  # 4 x (B, H)
-        gate = torch.sigmoid(f_a * dt.unsqueeze(-1) + f_b)  # time-continuous gating
-        return torch.tanh(g) * (1.0 - gate) + gate * torch.tanh(h_)
-
-
-class CfC(SequenceModel):
-    """CfC network stepping through the observations of each sequence.
+class _ClosedFormRNN(SequenceModel):
+    """Shared arguments, validation and step loop.
 
     forward(x (B, L, C), dt (B, L), mask (B, L)) -> (B, output_size), or (B, L, output_size)
-    with per_step. The state is held where mask is False, so the final state is the state at
-    the last observed step.
+    with per_step; the per-sequence output is read at each row's last observed step.
     """
 
     representation = "raw"
@@ -85,29 +41,108 @@ class CfC(SequenceModel):
         backbone_layers: int = 1,
         backbone_activation: str = "silu",
         backbone_dropout: float = 0.0,
+        time_scale: float = 1.0,
+        init_gain: float = 1.0,
     ) -> None:
         super().__init__(input_channels=input_channels, output_size=output_size, per_step=per_step)
+        _check_positive(hidden_size=hidden_size, backbone_units=backbone_units,
+                        backbone_layers=backbone_layers, time_scale=time_scale, init_gain=init_gain)
         if backbone_activation not in ACTIVATIONS:
             raise ValueError(
                 f"unknown backbone_activation {backbone_activation!r}; valid: {sorted(ACTIVATIONS)}"
             )
-        if backbone_layers < 1:
-            raise ValueError(f"backbone_layers must be >= 1, got {backbone_layers}")
+        if not 0.0 <= backbone_dropout < 1.0:
+            raise ValueError(f"backbone_dropout must be in [0, 1), got {backbone_dropout}")
         self.hidden_size = hidden_size
-        self.cell = CfCCell(
-            input_channels, hidden_size, backbone_units, backbone_layers,
-            backbone_activation, backbone_dropout,
-        )
+        self.time_scale = time_scale
+        backbone = Backbone(input_channels, hidden_size, backbone_units, backbone_layers,
+                            backbone_activation, backbone_dropout)
+        self.cell = self._make_cell(backbone, hidden_size, init_gain)
         self.readout = nn.Linear(hidden_size, output_size)
+
+    def _make_cell(self, backbone: Backbone, hidden_size: int, init_gain: float) -> nn.Module:
+        raise NotImplementedError
 
     def forward(self, x: torch.Tensor, dt: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         check_raw_inputs(x, dt, mask, self.input_channels)
-        h = x.new_zeros(x.shape[0], self.hidden_size)  # (B, H)
-        states = []
-        for step in range(x.shape[1]):
-            h_new = self.cell(x[:, step], h, dt[:, step])
-            h = torch.where(mask[:, step, None], h_new, h)
-            states.append(h)
+        # Per-step views via unbind: indexing part[step] in the loop would make every step's
+        # backward allocate and fill a zero gradient of the whole (L, B, U) tensor.
+        parts = [part.unbind(1) for part in self._project_inputs(x)]  # each L x (B, ...)
+        dt = (dt * self.time_scale).unsqueeze(-1).unbind(1)  # L x (B, 1)
+        states = torch.stack(self._run(parts, dt), dim=1)  # (B, L, H)
         if self.per_step:
-            return self.readout(torch.stack(states, dim=1))  # (B, L, H) -> (B, L, O)
-        return self.readout(h)
+            return self.readout(states)  # (B, L, O)
+        return self.readout(gather_steps(states, last_valid_index(mask)))  # (B, O)
+
+    def _project_inputs(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """The input parts of the step's matmuls, for all steps at once: [(B, L, U)]."""
+        return [self.cell.project_inputs(x)]
+
+    def _run(self, parts: list[tuple[torch.Tensor, ...]], dt: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+        """The state (B, H) after each step, from per-step inputs.
+
+        Observed steps form a prefix of each row, and a step only sees the past, so the states
+        of the observed steps do not depend on the padding after them: no per-step masking.
+        """
+        (x_part,) = parts
+        h = x_part[0].new_zeros(x_part[0].shape[0], self.hidden_size)  # (B, H)
+        states = []
+        for x_t, dt_t in zip(x_part, dt):
+            h = self.cell(x_t, h, dt_t)
+            states.append(h)
+        return states
+
+
+class CfC(_ClosedFormRNN):
+    """CfC, Eq. 10 of Hasani et al. 2022."""
+
+    def _make_cell(self, backbone: Backbone, hidden_size: int, init_gain: float) -> nn.Module:
+        return CfCCell(backbone, hidden_size, no_gate=False, init_gain=init_gain)
+
+
+class CfCNoGate(_ClosedFormRNN):
+    """CfC-noGate: h' = tanh(g) + sigmoid(f_a dt + f_b) * tanh(k), Hasani et al. 2022."""
+
+    def _make_cell(self, backbone: Backbone, hidden_size: int, init_gain: float) -> nn.Module:
+        return CfCCell(backbone, hidden_size, no_gate=True, init_gain=init_gain)
+
+
+class CfS(_ClosedFormRNN):
+    """Cf-S, the closed-form solution network of Eq. 9, Hasani et al. 2022."""
+
+    def _make_cell(self, backbone: Backbone, hidden_size: int, init_gain: float) -> nn.Module:
+        return CfSCell(backbone, hidden_size, init_gain=init_gain)
+
+
+class CfCMMRNN(_ClosedFormRNN):
+    """CfC-mmRNN: per step (h_lstm, c) = LSTM(x_t, (h, c)), then h = CfC(x_t, h_lstm, dt).
+
+    `forget_bias` is added to the LSTM's forget gate (1.0 in the official PyTorch code).
+    """
+
+    def __init__(self, *, forget_bias: float = 1.0, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.memory = MemoryLSTMCell(self.input_channels, self.hidden_size, forget_bias)
+
+    def _make_cell(self, backbone: Backbone, hidden_size: int, init_gain: float) -> nn.Module:
+        return CfCCell(backbone, hidden_size, no_gate=False, init_gain=init_gain)
+
+    def _project_inputs(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return [self.cell.project_inputs(x), self.memory.project_inputs(x)]  # (B, L, U), (B, L, 4H)
+
+    def _run(self, parts: list[tuple[torch.Tensor, ...]], dt: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+        x_part, lstm_part = parts
+        h = x_part[0].new_zeros(x_part[0].shape[0], self.hidden_size)  # (B, H)
+        c = torch.zeros_like(h)  # LSTM memory (B, H)
+        states = []
+        for x_t, lstm_t, dt_t in zip(x_part, lstm_part, dt):
+            h_lstm, c = self.memory(lstm_t, h, c)
+            h = self.cell(x_t, h_lstm, dt_t)
+            states.append(h)
+        return states
+
+
+def _check_positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0:
+            raise ValueError(f"{name} must be > 0, got {value}")
