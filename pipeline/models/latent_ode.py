@@ -1,0 +1,175 @@
+"""Latent ODE classifier (Rubanova, Chen & Duvenaud 2019, NeurIPS; YuliaRubanova/latent_ode),
+optionally with temporal weights (Kohan, Rietman & Siegelmann 2022) in both ODE fields.
+
+    encoder   an ODE-RNN run backwards in time, from each row's last observation to its first:
+              between observations h follows dh/dt = f_rec(h) (back in time), at each
+              observation h = GRUCell(x_k, h)
+    z0        mean, std = split(MLP(h)), std = |.|;  z0 = mean + std * eps while training
+              (the reparameterised sample the reference classifies), z0 = mean in eval
+    decoder   dz/dt = f_gen(z) from z(t_0) = z0 through every observation time (per-step only)
+    classify  MLP(z0) -> (B, O) per sequence; the same MLP on z(t_k) -> (B, L, O) per step
+
+The reference trains classification together with the ELBO (reconstruction + KL). The trainer
+here optimises only the task loss returned through forward(), so there is no reconstruction or
+KL term, and per sequence the decoder would get no gradient at all: it is built only with
+per_step. Simplified from the reference: a torch GRUCell on the values instead of its GRU unit
+carrying a mean and a std and reading the mask channels; one solver setting for both ODEs (the
+reference: Euler with ~50 steps over the sequence in the encoder, dopri5 in the decoder).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torchdiffeq
+from torch import nn
+
+from ._cde import FIXED_STEP_METHODS, METHODS, check_choice
+from .base import SequenceModel, check_raw_inputs
+from .temporal_weights import TemporalMLP, check_clock, coupling_groups
+
+
+def ode_mlp(size: int, units: int, layers: int) -> nn.Sequential:
+    """The reference's create_net: size -> units, `layers` x (units -> units), -> size; tanh."""
+    modules: list[nn.Module] = [nn.Linear(size, units)]
+    for _ in range(layers):
+        modules += [nn.Tanh(), nn.Linear(units, units)]
+    return nn.Sequential(*modules, nn.Tanh(), nn.Linear(units, size))
+
+
+class _IntervalField(nn.Module):
+    """dy/ds = span * g(y, clock(s)) on s in [0, 1]: each row's interval of signed length `span`
+    (B,) mapped onto [0, 1] (a negative span runs the ODE backwards in time); the field reads
+    clock(s) = clock_start + s * clock_rate, per row (B,) or shared (0-dim)."""
+
+    def __init__(self, net: Callable, span: torch.Tensor, clock_start: torch.Tensor, clock_rate: torch.Tensor) -> None:
+        super().__init__()
+        self.net, self.span = net, span.unsqueeze(-1)  # (B, 1)
+        self.clock_start, self.clock_rate = clock_start, clock_rate
+
+    def forward(self, s: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.span * self.net(y, self.clock_start + s * self.clock_rate)
+
+
+class LatentODE(SequenceModel):
+    """forward(x (B, L, C), dt (B, L), mask (B, L)) -> (B, O), or (B, L, O) with per_step.
+
+    Defaults: the reference's PhysioNet classification run (README of YuliaRubanova/latent_ode).
+    """
+
+    clock = "time"  # which time the fields read; the plain fields read none
+
+    def __init__(
+        self,
+        *,
+        input_channels: int,
+        output_size: int,
+        per_step: bool = False,
+        latent_size: int = 20,
+        rec_size: int = 40,
+        rec_layers: int = 3,
+        gen_layers: int = 3,
+        units: int = 50,
+        classifier_units: int = 300,
+        sample_z0: bool = True,
+        method: str = "euler",
+        solver_steps: int = 1,
+        rtol: float = 1e-3,
+        atol: float = 1e-4,
+        max_steps: int = 100,
+    ) -> None:
+        super().__init__(input_channels=input_channels, output_size=output_size, per_step=per_step)
+        check_choice("method", method, METHODS)
+        for name, value in (("latent_size", latent_size), ("rec_size", rec_size), ("units", units),
+                            ("classifier_units", classifier_units), ("solver_steps", solver_steps)):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        for name, value in (("rec_layers", rec_layers), ("gen_layers", gen_layers)):
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        if method in FIXED_STEP_METHODS:
+            self.solver = {"method": method, "options": {"step_size": 1.0 / solver_steps}}
+        else:
+            self.solver = {"method": method, "rtol": rtol, "atol": atol, "options": {"max_num_steps": max_steps}}
+        self.rec_size, self.latent_size, self.sample_z0 = rec_size, latent_size, sample_z0
+        self.cell = nn.GRUCell(input_channels, rec_size)
+        self.rec_field = self._field(rec_size, units, rec_layers)
+        self.to_z0 = nn.Sequential(nn.Linear(rec_size, 100), nn.Tanh(), nn.Linear(100, 2 * latent_size))
+        self.gen_field = self._field(latent_size, units, gen_layers) if per_step else None
+        self.classifier = nn.Sequential(
+            nn.Linear(latent_size, classifier_units), nn.ReLU(),
+            nn.Linear(classifier_units, classifier_units), nn.ReLU(),
+            nn.Linear(classifier_units, output_size),
+        )
+        self.register_buffer("_unit_interval", torch.tensor([0.0, 1.0]), persistent=False)
+
+    def _field(self, size: int, units: int, layers: int) -> nn.Module:
+        """The ODE right-hand side network; the temporal-weight subclass swaps it."""
+        return ode_mlp(size, units, layers)
+
+    def _rate(self, net: nn.Module, y: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
+        """dy/dt at per-row times (B,); the plain fields do not read the time."""
+        return net(y)
+
+    def _solve(
+        self, net: nn.Module, y: torch.Tensor, start: torch.Tensor, span: torch.Tensor, index: float, direction: float
+    ) -> torch.Tensor:
+        """y (B, D) at time start (B,) -> y at start + span (B,); `index` and `direction` (+-1)
+        place the interval on the shared index clock."""
+        if self.clock == "time":
+            clock_start, clock_rate = start, span
+        else:
+            clock_start, clock_rate = y.new_tensor(index), y.new_tensor(direction)
+        field = _IntervalField(lambda v, time: self._rate(net, v, time), span, clock_start, clock_rate)
+        return torchdiffeq.odeint(field, y, self._unit_interval.to(y.dtype), **self.solver)[-1]
+
+    def encode(self, x: torch.Tensor, dt: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Backward ODE-RNN -> (mean, std) of q(z0 | x), each (B, latent)."""
+        times = torch.cumsum(dt, dim=1)  # (B, L): the observation times (elapsed dt sum up)
+        gaps = torch.cat([dt[:, 1:], torch.zeros_like(dt[:, :1])], dim=1)  # (B, L): t_{k+1} - t_k, 0 at the end
+        h = x.new_zeros(x.shape[0], self.rec_size)  # (B, R)
+        for step in reversed(range(x.shape[1])):
+            # from t_{k+1} back to t_k; rows whose next step is padding have a zero gap
+            h_ode = self._solve(self.rec_field, h, times[:, step] + gaps[:, step], -gaps[:, step], step + 1, -1.0)
+            h = torch.where(mask[:, step, None], self.cell(x[:, step], h_ode), h)
+        mean, std = self.to_z0(h).chunk(2, dim=-1)
+        return mean, std.abs()
+
+    def forward(self, x: torch.Tensor, dt: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        check_raw_inputs(x, dt, mask, self.input_channels)
+        mean, std = self.encode(x, dt, mask)
+        z0 = mean + std * torch.randn_like(std) if self.training and self.sample_z0 else mean
+        if not self.per_step:
+            return self.classifier(z0)  # (B, O)
+        times = torch.cumsum(dt, dim=1)
+        states = [z0]  # z(t_0)
+        for step in range(1, x.shape[1]):  # padding has dt = 0: z holds
+            states.append(self._solve(self.gen_field, states[-1], times[:, step - 1], dt[:, step], step - 1, 1.0))
+        return self.classifier(torch.stack(states, dim=1))  # (B, L, latent) -> (B, L, O)
+
+
+class LatentODETW(LatentODE):
+    """Latent ODE whose encoder and decoder fields have temporal weights.
+
+    The fields see each row's time (tw_clock "time": t_k + s * span, running backwards in the
+    encoder) or the observation index of the interval's start (tw_clock "index", shared by
+    the batch, cheaper); see tw_models.py.
+    """
+
+    def __init__(
+        self, *, tw_scope: str = "row", tw_block: int = 16, tw_clock: str = "time", tw_units: int = 16, **kwargs
+    ) -> None:
+        check_clock(tw_clock)
+        coupling_groups(1, 1, tw_scope, tw_block)
+        if tw_units < 1:
+            raise ValueError(f"tw_units must be >= 1, got {tw_units}")
+        self._tw = {"scope": tw_scope, "block": tw_block, "clock_units": tw_units}
+        self.clock = tw_clock
+        super().__init__(**kwargs)
+
+    def _field(self, size: int, units: int, layers: int) -> nn.Module:
+        return TemporalMLP([size] + [units] * (layers + 1) + [size], **self._tw)
+
+    def _rate(self, net: nn.Module, y: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
+        return net(y, time)

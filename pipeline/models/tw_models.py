@@ -1,0 +1,172 @@
+"""ODE-RNN, GRU-ODE and Neural CDE with temporal weights (Kohan, Rietman & Siegelmann 2022) in
+their vector fields: every weight matrix of the field is rebuilt at time t by W' = S(W, t)
+(temporal_weights.py); everything else is the base family.
+
+Which time the weights see (`tw_clock`):
+    "time"   the observation time of each row, as in the reference codes where a batch shares
+             one real time grid; here rows are irregular, so each row gets its own weights.
+             ODE-RNN: the substitution t = t_prev + s * dt over s in [0, 1] (see ode_rnn.py),
+             so the field at solver time s sees t_prev + s * dt, not s. GRU-ODE / NCDE: the
+             path's time channel X_0(s) at index s.
+    "index"  the observation index (k + s for ODE-RNN, the solver's s for the CDE models),
+             shared by the batch: one set of weights per evaluation, cost independent of B.
+"""
+
+from __future__ import annotations
+
+import torch
+import torchcde
+import torchdiffeq
+from torch import nn
+
+from .base import check_raw_inputs
+from .gru_ode import GRUODE
+from .ncde import NeuralCDE
+from .ode_rnn import ODERNN
+from .temporal_weights import TemporalLinear, TemporalMLP, check_clock, coupling_groups
+
+
+def _tw_options(scope: str, block: int, clock: str, units: int) -> dict:
+    check_clock(clock)
+    coupling_groups(1, 1, scope, block)  # rejects an unknown scope or a bad block early
+    if units < 1:
+        raise ValueError(f"tw_units must be >= 1, got {units}")
+    return {"scope": scope, "block": block, "clock_units": units}
+
+
+class _TimedField(nn.Module):
+    """dh/ds = dt * net(h, start + s * dt) on s in [0, 1]: ODE-RNN's per-interval substitution,
+    with the field also reading the time. start, dt: (B,) per row, or 0-dim for the index clock."""
+
+    def __init__(self, net: TemporalMLP, start: torch.Tensor, dt: torch.Tensor, clock_rate: torch.Tensor) -> None:
+        super().__init__()
+        self.net = net
+        self.start, self.clock_rate = start, clock_rate
+        self.dt = dt.unsqueeze(-1)  # (B, 1)
+
+    def forward(self, s: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        return self.dt * self.net(h, self.start + s * self.clock_rate)
+
+
+class ODERNNTW(ODERNN):
+    """ODE-RNN whose field hidden -> vf_units -> hidden has temporal weights.
+
+    forward(x (B, L, C), dt (B, L), mask (B, L)) -> (B, O), or (B, L, O) with per_step.
+    """
+
+    def __init__(
+        self, *, tw_scope: str = "row", tw_block: int = 16, tw_clock: str = "time", tw_units: int = 16, **kwargs
+    ) -> None:
+        super().__init__(**kwargs)
+        options = _tw_options(tw_scope, tw_block, tw_clock, tw_units)
+        self.clock = tw_clock
+        sizes = [self.hidden_size, self.field[0].out_features, self.hidden_size]
+        self.field = TemporalMLP(sizes, **options)
+
+    def forward(self, x: torch.Tensor, dt: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        check_raw_inputs(x, dt, mask, self.input_channels)
+        h = x.new_zeros(x.shape[0], self.hidden_size)  # (B, H)
+        previous = torch.cumsum(dt, dim=1) - dt  # (B, L): time of the previous observation
+        unit = self._unit_interval.to(h.dtype)
+        states = []
+        for step in range(x.shape[1]):
+            if self.clock == "time":
+                field = _TimedField(self.field, previous[:, step], dt[:, step], dt[:, step])
+            else:
+                field = _TimedField(self.field, unit.new_tensor(float(step)), dt[:, step], unit.new_tensor(1.0))
+            h_ode = torchdiffeq.odeint(field, h, unit, **self.solver)[-1]
+            h = torch.where(mask[:, step, None], self.cell(x[:, step], h_ode), h)
+            states.append(h)
+        if self.per_step:
+            return self.readout(torch.stack(states, dim=1))  # (B, L, H) -> (B, L, O)
+        return self.readout(h)
+
+
+class TemporalGRUODEField(nn.Module):
+    """GRU-ODE field (gru_ode.GRUODEField) with temporal W and U: (x, h, t) -> (B, H)."""
+
+    def __init__(self, input_size: int, hidden_size: int, options: dict) -> None:
+        super().__init__()
+        self.input_map = TemporalLinear(input_size, 3 * hidden_size, bias=False, **options)
+        self.gate_map = TemporalLinear(hidden_size, 2 * hidden_size, **options)
+        self.candidate_map = TemporalLinear(hidden_size, hidden_size, **options)
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        x_r, x_z, x_g = self.input_map(x, t).chunk(3, dim=-1)  # 3 x (B, H)
+        h_r, h_z = self.gate_map(h, t).chunk(2, dim=-1)
+        r = torch.sigmoid(x_r + h_r)
+        z = torch.sigmoid(x_z + h_z)
+        g = torch.tanh(x_g + self.candidate_map(r * h, t))
+        return (1.0 - z) * (g - h)
+
+
+class GRUODETW(GRUODE):
+    """GRU-ODE with temporal weights in all six maps; inputs and outputs as GRUODE."""
+
+    def __init__(
+        self, *, tw_scope: str = "row", tw_block: int = 16, tw_clock: str = "time", tw_units: int = 16, **kwargs
+    ) -> None:
+        super().__init__(**kwargs)
+        self.clock = tw_clock
+        options = _tw_options(tw_scope, tw_block, tw_clock, tw_units)
+        self.field = TemporalGRUODEField(self.path_channels, self.hidden_size, options)
+
+    def rate(self, x: torch.Tensor, h: torch.Tensor, s: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
+        return self.field(x, h, time if self.clock == "time" else s)
+
+
+class TemporalFinalTanhField(nn.Module):
+    """NCDE field f(z, t): (B, H) -> (B, H, K), ReLU MLP of temporal layers, final tanh.
+
+    cdeint calls it as f(s, z); the time channel of the current batch's path gives the per-row
+    time, so the model hands the path over before each solve (`use_path`).
+    """
+
+    def __init__(self, hidden_size: int, path_channels: int, units: int, layers: int, clock: str, options: dict) -> None:
+        super().__init__()
+        if layers < 1:
+            raise ValueError(f"vf_layers must be >= 1, got {layers}")
+        self.hidden_size, self.path_channels, self.clock = hidden_size, path_channels, clock
+        sizes = [hidden_size] + [units] * layers + [hidden_size * path_channels]
+        self.net = TemporalMLP(sizes, activation=torch.relu, **options)
+        self.path: torchcde.CubicSpline | None = None
+
+    def use_path(self, path: torchcde.CubicSpline | None) -> None:
+        # Not a registered submodule: the batch's spline must stay out of the state dict.
+        self.__dict__["path"] = path
+
+    def forward(self, s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        t = self.path.evaluate(s)[:, 0] if self.clock == "time" else s  # (B,) or ()
+        out = self.net(z, t).view(*z.shape[:-1], self.hidden_size, self.path_channels)  # (B, H, K)
+        return out.tanh()
+
+
+class NeuralCDETW(NeuralCDE):
+    """Neural CDE whose FinalTanh field has temporal weights; inputs and outputs as NeuralCDE."""
+
+    def __init__(
+        self,
+        *,
+        tw_scope: str = "row",
+        tw_block: int = 16,
+        tw_clock: str = "time",
+        tw_units: int = 16,
+        vf_units: int = 32,
+        vf_layers: int = 3,
+        **kwargs,
+    ) -> None:
+        super().__init__(vf_units=vf_units, vf_layers=vf_layers, **kwargs)
+        options = _tw_options(tw_scope, tw_block, tw_clock, tw_units)
+        hidden = self.initial.out_features
+        self.field = TemporalFinalTanhField(hidden, self.path_channels, vf_units, vf_layers, tw_clock, options)
+
+    def _path(self, coeffs: torch.Tensor, last: torch.Tensor, mask: torch.Tensor) -> tuple:
+        path, grid = super()._path(coeffs, last, mask)
+        self.field.use_path(path)
+        return path, grid
+
+    def forward(self, coeffs: torch.Tensor, last: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        try:
+            return super().forward(coeffs, last, mask)
+        finally:
+            self.field.use_path(None)  # do not keep the batch alive between calls
