@@ -140,7 +140,10 @@ def _parse_param(path: Path, name: str, raw: Any, earlier: dict[str, ParamSpec])
 
 
 def _check_keys(path: Path, family: str, keys: set[str]) -> None:
-    model_cls = get_model_class(family)
+    try:
+        model_cls = get_model_class(family)
+    except KeyError as exc:
+        raise ConfigError(f"{path}: unknown model family {family!r} (the file name); {exc.args[0]}") from None
     model_keys = set(model_arguments(model_cls)) - SUPPLIED_BY_TRAINER
     unknown = keys - TRAINING_KEYS - model_keys
     if unknown:

@@ -19,6 +19,31 @@ CHANNELS, OUTPUTS = 2, 3
 
 # Small versions of each family so the whole file runs in seconds.
 SMALL: dict[str, dict] = {
+    "cde_fwp_hebb": {"hidden_size": 8, "num_heads": 2, "ff_dim": 16},
+    "cde_fwp_oja": {"hidden_size": 8, "num_heads": 2, "ff_dim": 16},
+    "node_fwp_hebb": {"hidden_size": 8, "num_heads": 2, "ff_dim": 16},
+    "node_fwp_oja": {"hidden_size": 8, "num_heads": 2, "ff_dim": 16},
+    "node_fwp_delta": {"hidden_size": 8, "num_heads": 2, "ff_dim": 16},
+    "cfc_no_gate": {"hidden_size": 8, "backbone_units": 8, "backbone_layers": 2, "backbone_dropout": 0.1},
+    "cf_s": {"hidden_size": 8, "backbone_units": 8, "backbone_layers": 2, "time_scale": 0.5},
+    "cfc_mmrnn": {"hidden_size": 8, "backbone_units": 8, "backbone_layers": 2},
+    "ltc": {"hidden_size": 8, "ode_unfolds": 3},
+    "cdr_nde": {"hidden_size": 8},
+    "cdr_nde_heat": {"hidden_size": 8, "method": "euler", "diffusivity": 0.1},
+    "ode_rnn_tw": {"hidden_size": 8, "vf_units": 8, "tw_units": 4, "tw_block": 4},
+    "gru_ode": {"hidden_size": 8},
+    "gru_ode_tw": {"hidden_size": 8, "tw_scope": "block", "tw_units": 4, "tw_block": 4},
+    "ncde_tw": {"hidden_size": 8, "vf_units": 8, "vf_layers": 2, "tw_units": 4, "tw_block": 4},
+    "latent_ode": {"latent_size": 4, "rec_size": 8, "units": 8, "classifier_units": 8, "rec_layers": 1, "gen_layers": 1},
+    "latent_ode_tw": {"latent_size": 4, "rec_size": 8, "units": 8, "classifier_units": 8, "rec_layers": 1, "gen_layers": 1, "tw_clock": "index", "tw_units": 4, "tw_block": 4},
+    "ct_rnn": {"hidden_size": 8},
+    "ode_lstm": {"hidden_size": 8},
+    "gru_d": {"hidden_size": 8},
+    "lstm_dt": {"hidden_size": 8},
+    "nrde": {"hidden_size": 8, "vf_units": 8, "vf_layers": 2, "logsig_depth": 2, "logsig_step": 2},
+    "rde_fwp_delta": {"hidden_size": 8, "num_heads": 2, "ff_dim": 16, "logsig_depth": 1, "logsig_step": 3},
+    "rde_fwp_hebb": {"hidden_size": 8, "num_heads": 2, "ff_dim": 16, "logsig_depth": 2, "logsig_step": 2},
+    "rde_fwp_oja": {"hidden_size": 8, "num_heads": 2, "ff_dim": 16, "logsig_depth": 2, "logsig_step": 3},
     "cfc": {"hidden_size": 8, "backbone_units": 8, "backbone_layers": 2},
     "ncde": {"hidden_size": 8, "vf_units": 8, "vf_layers": 2},
     "cde_fwp_delta": {"hidden_size": 8, "num_heads": 2, "ff_dim": 16},
@@ -160,3 +185,15 @@ def test_search_space_keys_and_reference(name: str) -> None:
     MODELS[name](
         input_channels=12, output_size=2, **{k: v for k, v in chosen.items() if k not in TRAINING_KEYS}
     )
+
+
+def test_adaptive_step_cap_counts_per_output_interval() -> None:
+    """torchdiffeq caps max_num_steps per output interval: outputs at every knot keep the
+    per-interval cap, a call returning only the end gets it once per interval."""
+    from pipeline.models._cde import solver_kwargs, stop_at_knots
+
+    solver = solver_kwargs("dopri5", 1.0, 1e-3, 1e-4, 7)
+    grid = torch.arange(5.0)
+    assert stop_at_knots(solver, grid)["options"]["max_num_steps"] == 7
+    assert stop_at_knots(solver, grid, outputs_at_knots=False)["options"]["max_num_steps"] == 28
+    assert stop_at_knots(solver_kwargs("rk4", 0.5, 1e-3, 1e-4, 7), grid) == solver_kwargs("rk4", 0.5, 1e-3, 1e-4, 7)

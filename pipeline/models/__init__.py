@@ -3,16 +3,53 @@
 from __future__ import annotations
 
 from .base import SequenceModel
-from .cde_fwp import DeltaCDEFWP
-from .cfc import CfC
+from .cde_fwp import DeltaCDEFWP, HebbCDEFWP, OjaCDEFWP
+from .node_fwp import DeltaNODEFWP, HebbNODEFWP, OjaNODEFWP
+from .cfc import CfC, CfCMMRNN, CfCNoGate, CfS
+from .ltc import LTC
+from .cdr_nde import CDRNDE, CDRNDEHeat
 from .ncde import NeuralCDE
+from .nrde import NeuralRDE
+from .rde import RoughDeltaFWP, RoughHebbFWP, RoughOjaFWP
 from .ode_rnn import ODERNN
+from .gru_ode import GRUODE
+from .latent_ode import LatentODE, LatentODETW
+from .tw_models import GRUODETW, NeuralCDETW, ODERNNTW
+from .ct_rnn import CTRNN
+from .gru_d import GRUD
+from .lstm_dt import AugmentedLSTM
+from .ode_lstm import ODELSTM
 
 MODELS: dict[str, type[SequenceModel]] = {
     "cfc": CfC,
+    "cfc_no_gate": CfCNoGate,
+    "cf_s": CfS,
+    "cfc_mmrnn": CfCMMRNN,
+    "ltc": LTC,
+    "cdr_nde": CDRNDE,
+    "cdr_nde_heat": CDRNDEHeat,
     "ncde": NeuralCDE,
+    "nrde": NeuralRDE,
+    "rde_fwp_delta": RoughDeltaFWP,
+    "rde_fwp_hebb": RoughHebbFWP,
+    "rde_fwp_oja": RoughOjaFWP,
     "cde_fwp_delta": DeltaCDEFWP,
+    "cde_fwp_hebb": HebbCDEFWP,
+    "cde_fwp_oja": OjaCDEFWP,
+    "node_fwp_hebb": HebbNODEFWP,
+    "node_fwp_oja": OjaNODEFWP,
+    "node_fwp_delta": DeltaNODEFWP,
     "ode_rnn": ODERNN,
+    "ode_rnn_tw": ODERNNTW,
+    "gru_ode": GRUODE,
+    "gru_ode_tw": GRUODETW,
+    "ncde_tw": NeuralCDETW,
+    "latent_ode": LatentODE,
+    "latent_ode_tw": LatentODETW,
+    "ct_rnn": CTRNN,
+    "ode_lstm": ODELSTM,
+    "gru_d": GRUD,
+    "lstm_dt": AugmentedLSTM,
 }
 
 
