@@ -43,3 +43,10 @@ mlflow-ui: install
 
 clean-results:
 	rm -rf results reports/curves reports/lr reports/plots reports/metrics.json reports/results.md reports/promotion.json ray_results
+
+# `make bench`: seconds per training epoch and peak memory of every registered model family on
+# one synthetic dataset (benchmarks/README.md); BENCH_ARGS passes options, e.g. BENCH_ARGS=--quick.
+BENCH_ARGS ?=
+.PHONY: bench
+bench: install
+	$(BIN)/python -m benchmarks.zoo $(BENCH_ARGS)

@@ -1,0 +1,1 @@
+"""Benchmarks of the registered model families (see benchmarks/README.md)."""
