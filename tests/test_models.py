@@ -51,12 +51,15 @@ SMALL: dict[str, dict] = {
 }
 
 
-def make_split(lengths: list[int], length: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
-    """x (N, L, C) with NaN padding and one missing value, t (N, L) irregular, mask (N, L)."""
+def make_split(lengths: list[int], length: int, seed: int = 0, regular: bool = False) -> tuple[torch.Tensor, ...]:
+    """x (N, L, C) with NaN padding and one missing value, t (N, L) irregular (or 0, 1, 2, ...
+    with `regular`), mask (N, L)."""
     gen = torch.Generator().manual_seed(seed)
     n = len(lengths)
     x = torch.randn(n, length, CHANNELS, generator=gen)
     t = torch.cumsum(0.2 + torch.rand(n, length, generator=gen), dim=1)
+    if regular:
+        t = torch.arange(length, dtype=x.dtype).expand(n, length).clone()
     mask = torch.arange(length) < torch.tensor(lengths)[:, None]
     x[~mask] = float("nan")
     if lengths[0] > 2:
@@ -81,11 +84,12 @@ def build(name: str, per_step: bool) -> SequenceModel:
     )
 
 
+@pytest.mark.parametrize("regular", [False, True], ids=["irregular", "regular"])
 @pytest.mark.parametrize("per_step", [False, True])
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_forward_backward(name: str, per_step: bool) -> None:
+def test_forward_backward(name: str, per_step: bool, regular: bool) -> None:
     model = build(name, per_step)
-    x, t, mask = make_split([6, 3, 1], length=6)
+    x, t, mask = make_split([6, 3, 1], length=6, regular=regular)
     out = model(**type(model).prepare_inputs(x, t, mask, **SMALL[name]))
     expected = (3, 6, OUTPUTS) if per_step else (3, OUTPUTS)
     assert out.shape == expected
@@ -168,7 +172,8 @@ def test_search_space_files_match_registry() -> None:
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_search_space_keys_and_reference(name: str) -> None:
     space = yaml.safe_load((SEARCH_SPACES / f"{name}.yaml").read_text())
-    assert set(space) == {"reference", "params", "fixed"}
+    assert {"reference", "params"} <= set(space) <= {"reference", "params", "fixed"}  # fixed is optional
+    space.setdefault("fixed", {})
     allowed = TRAINING_KEYS | model_kwargs(name)
     for section in ("reference", "params", "fixed"):
         assert set(space[section]) <= allowed, f"{section}: {set(space[section]) - allowed}"

@@ -7,6 +7,7 @@ Trainer on a tiny irregular, padded dataset, once with per-sequence and once wit
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -77,3 +78,15 @@ def test_space_for_unknown_family_names_the_file(tmp_path: Path) -> None:
     path.write_text((space_path(ROOT, "cfc")).read_text())
     with pytest.raises(ConfigError, match=r"transformer\.yaml.*unknown model family 'transformer'"):
         load_space(path)
+
+
+def test_readme_lists_every_family_with_its_input() -> None:
+    """The README's model table names every registered family on a row with its input."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Models\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    names = {ref: row for row in rows for ref in re.findall(r"`([a-z0-9_]+)`", row.split("|")[1])}
+    assert set(names) == set(MODELS)
+    inputs = {"raw": "raw", "raw_per_channel": "raw per channel", "interp": "spline", "logsig": "log-signature"}
+    for name, cls in MODELS.items():
+        assert names[name].rstrip(" |").rsplit("|", 1)[1].strip() == inputs[cls.representation], name
