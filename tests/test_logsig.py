@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import signatory
 import torch
 import torchdiffeq
+import yaml
 from torch import nn
 
 from pipeline.models.logsig import logsig_knots
@@ -200,3 +203,18 @@ def test_path_channels_follow_signatory() -> None:
         model = NeuralRDE(input_channels=2, output_size=1, logsig_depth=depth)
         assert model.path_channels == signatory.logsignature_channels(3, depth) == expected
         assert model.initial.in_features == expected
+
+
+def test_a_space_giving_logsig_families_an_interpolation_fails_at_load(tmp_path: Path) -> None:
+    """interpolation is an argument of the spline models, not of their log-signature variants:
+    a space that sets it is refused when loaded, naming the key."""
+    from pipeline.errors import ConfigError
+    from pipeline.spaces import load_space
+
+    for family in ("nrde", "rde_fwp_delta"):
+        space = yaml.safe_load((Path(__file__).resolve().parents[1] / "search_spaces" / f"{family}.yaml").read_text())
+        space["fixed"] = {**(space.get("fixed") or {}), "interpolation": "cubic"}
+        path = tmp_path / f"{family}.yaml"
+        path.write_text(yaml.safe_dump(space, sort_keys=False))
+        with pytest.raises(ConfigError, match=r"unknown keys \['interpolation'\]"):
+            load_space(path)

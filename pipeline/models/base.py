@@ -98,15 +98,18 @@ def model_arguments(cls: type[nn.Module]) -> dict[str, inspect.Parameter]:
     """The keyword arguments a model class accepts, by name.
 
     Follows **kwargs up the MRO, so a mixin that adds its own arguments and passes the rest on
-    (`def __init__(self, *, depth=2, **kwargs)`) still exposes every argument of the class.
+    (`def __init__(self, *, depth=2, **kwargs)`) still exposes every argument of the class,
+    less the names a class in the MRO lists in `withheld_arguments` (arguments of a base class
+    that the subclass fixes itself and refuses).
     """
     arguments: dict[str, inspect.Parameter] = {}
+    withheld = set().union(*(vars(klass).get("withheld_arguments", ()) for klass in cls.__mro__))
     for klass in cls.__mro__:
         if "__init__" not in vars(klass) or klass in (nn.Module, object):
             continue
         params = inspect.signature(vars(klass)["__init__"]).parameters
         for name, param in params.items():
-            if name != "self" and param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
+            if name != "self" and name not in withheld and param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
                 arguments.setdefault(name, param)
         if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
             break

@@ -115,6 +115,8 @@ class LogSigInputs:
     """
 
     representation: ClassVar[str] = "logsig"
+    # The path is always piecewise linear: a search space naming `interpolation` fails at load.
+    withheld_arguments: ClassVar[tuple[str, ...]] = ("interpolation",)
 
     def __init__(self, *, logsig_depth: int = 2, logsig_step: int = 4, **kwargs: Any) -> None:
         check_logsig_args(logsig_depth, logsig_step)
