@@ -12,7 +12,7 @@ import typer
 
 from pipeline.config import Params, dataset_params, load_params
 from pipeline.errors import ConfigError, CtsweepError
-from pipeline.paths import processed_dir, project_root
+from pipeline.paths import processed_dir, project_root, raw_dir, raw_lock_path
 
 app = typer.Typer(help="Hyperparameter search for continuous-time sequence models: "
                        "prepare -> search -> final -> report -> promote.", no_args_is_help=True,
@@ -45,14 +45,33 @@ def _check(name: str, valid: list[str], key: str) -> None:
         raise ConfigError(f"{name!r} is not in params.yaml `{key}`; valid: {valid}")
 
 
+DATASET = typer.Argument(..., help="A key of `prepare` in params.yaml.")
+SOURCE = typer.Option(
+    None, "--source", envvar="CTSWEEP_DATA_SOURCE",
+    help="A local directory, file or http(s) URL prefix holding the raw files by name (a mirror).",
+)
+
+
 @app.command()
 @_stage
-def prepare(dataset: str = typer.Argument(..., help="A key of `prepare` in params.yaml."), root: Path = ROOT) -> None:
-    """Build data/processed/DATASET from its params.yaml section."""
+def fetch(dataset: str = DATASET, source: Optional[str] = SOURCE, root: Path = ROOT) -> None:
+    """Download (or verify) the raw files of DATASET into data/raw/DATASET."""
+    from pipeline.data.prepare import fetch as run
+
+    base, params = _params(root)
+    paths = run(dataset, dataset_params(params, dataset), raw_dir(base, dataset), raw_lock_path(base), source)
+    typer.echo(f"fetched {dataset}: {len(paths)} raw file(s) verified in {raw_dir(base, dataset)}")
+
+
+@app.command()
+@_stage
+def prepare(dataset: str = DATASET, source: Optional[str] = SOURCE, root: Path = ROOT) -> None:
+    """Build data/processed/DATASET from its params.yaml section (fetching raw files if missing)."""
     from pipeline.data.prepare import prepare as run
 
     base, params = _params(root)
-    meta = run(dataset, dataset_params(params, dataset), processed_dir(base, dataset))
+    meta = run(dataset, dataset_params(params, dataset), processed_dir(base, dataset), raw_dir(base, dataset),
+               raw_lock_path(base), source)
     typer.echo(f"prepared {dataset}: {meta.sizes} -> {processed_dir(base, dataset)}")
 
 

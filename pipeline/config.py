@@ -32,17 +32,80 @@ class XorParams(_Strict):
     seed: int = 1234984
 
 
+class PrecomputeSpec(_Strict):
+    """Model inputs built once in `prepare` (for example log-signature windows) instead of in
+    every trial: the family whose `prepare_inputs` builds them, and the arguments it reads."""
+
+    family: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
 class UeaParams(_Strict):
-    """A UEA archive dataset from the copy the aeon package ships (no download)."""
+    """A UEA archive dataset: aeon's bundled copy when it ships one, else the archive's zip."""
 
     kind: Literal["uea"]
-    name: Literal["JapaneseVowels"] = "JapaneseVowels"
+    name: str = "JapaneseVowels"
     drop_fraction: float = Field(0.0, ge=0, lt=1, description="observations dropped per series")
-    val_fraction: float = Field(0.2, gt=0, lt=1)
+    resplit: bool = Field(False, description="pool train+test and split 70/15/15 (Kidger et al.)")
+    val_fraction: float = Field(0.2, gt=0, lt=1, description="of train, when not resplit")
     seed: int = 56789
+    precompute: list[PrecomputeSpec] = Field(default_factory=list)
 
 
-DatasetParams = Annotated[Union[XorParams, UeaParams], Field(discriminator="kind")]
+class SpeechCommandsParams(_Strict):
+    """Speech Commands v0.02, the ten keywords, 20 MFCCs of 161 frames (Kidger et al. 2020)."""
+
+    kind: Literal["speech_commands"]
+    n_mfcc: int = Field(20, ge=1)
+    n_mels: int = Field(64, ge=1)
+    n_fft: int = Field(200, ge=16)
+    seed: int = 0
+    precompute: list[PrecomputeSpec] = Field(default_factory=list)
+
+
+class SepsisParams(_Strict):
+    """PhysioNet/CinC 2019 sepsis prediction, training sets A and B, first 72 hours."""
+
+    kind: Literal["sepsis"]
+    intensity: bool = Field(False, description="add cumulative observation counts as channels")
+    max_hours: int = Field(72, ge=1)
+    seed: int = 0
+    precompute: list[PrecomputeSpec] = Field(default_factory=list)
+
+
+class Physionet2012Params(_Strict):
+    """PhysioNet/CinC 2012 in-hospital mortality, set-a with Outcomes-a, first 48 hours."""
+
+    kind: Literal["physionet2012"]
+    max_hours: float = Field(48.0, gt=0)
+    seed: int = 0
+    precompute: list[PrecomputeSpec] = Field(default_factory=list)
+
+
+class PersonActivityParams(_Strict):
+    """UCI Localization Data for Person Activity: 7 merged activities, one label per step."""
+
+    kind: Literal["person_activity"]
+    window: int = Field(32, ge=2)
+    stride: int = Field(16, ge=1)
+    seed: int = 0
+
+
+class Walker2dParams(_Strict):
+    """Walker2d kinematics (Lechner & Hasani 2020): next-state regression, 17 dims."""
+
+    kind: Literal["walker2d"]
+    window: int = Field(64, ge=2)
+    stride: int = Field(16, ge=1)
+    drop_fraction: float = Field(0.1, ge=0, lt=1)
+    seed: int = 0
+
+
+DatasetParams = Annotated[
+    Union[XorParams, UeaParams, SpeechCommandsParams, SepsisParams, Physionet2012Params,
+          PersonActivityParams, Walker2dParams],
+    Field(discriminator="kind"),
+]
 
 
 class Resources(_Strict):
@@ -109,7 +172,10 @@ class Params(_Strict):
         return self
 
 
-_KINDS = {"xor": XorParams, "uea": UeaParams}
+_KINDS = {
+    "xor": XorParams, "uea": UeaParams, "speech_commands": SpeechCommandsParams, "sepsis": SepsisParams,
+    "physionet2012": Physionet2012Params, "person_activity": PersonActivityParams, "walker2d": Walker2dParams,
+}
 
 
 def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
@@ -159,7 +225,7 @@ def load_params(path: str | Path) -> Params:
         raise ConfigError(_format(exc, path)) from None
 
 
-def dataset_params(params: Params, dataset: str) -> XorParams | UeaParams:
+def dataset_params(params: Params, dataset: str) -> Any:
     """The prepare section of one dataset; an unknown name lists the valid ones."""
     if dataset not in params.prepare:
         raise ConfigError(f"unknown dataset {dataset!r}; valid: {sorted(params.prepare)}")

@@ -17,3 +17,11 @@ class MissingInputError(CtsweepError):
 
 class TrialFailedError(CtsweepError):
     """A trial could not go on: non-finite loss or a solver failure. Ray marks the trial ERROR."""
+
+
+class DataError(CtsweepError):
+    """Raw data missing, corrupt or not in the expected format; names the file and the value."""
+
+
+class DownloadError(DataError):
+    """A download failed after its retries, or its checksum does not match the recorded one."""

@@ -16,6 +16,16 @@ def project_root(root: str | Path | None = None) -> Path:
     return Path(root if root is not None else os.getcwd()).resolve()
 
 
+def raw_dir(root: Path, dataset: str) -> Path:
+    """Downloaded files of one dataset, as fetched (a DVC output of the `fetch` stage)."""
+    return root / "data" / "raw" / dataset
+
+
+def raw_lock_path(root: Path) -> Path:
+    """Checksums of raw downloads recorded on first use; committed to git."""
+    return root / "data" / "raw.lock"
+
+
 def processed_dir(root: Path, dataset: str) -> Path:
     return root / "data" / "processed" / dataset
 

@@ -8,11 +8,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pipeline.data.contract import Dataset, Meta, Split
+from pipeline.data.contract import Dataset, Meta
+from pipeline.data.inputs import load_inputs
 from pipeline.errors import TrialFailedError
 from pipeline.metrics import score
 from pipeline.models import SequenceModel, get_model_class
@@ -34,12 +34,6 @@ def build_model(family: str, meta: Meta, input_channels: int, model_kwargs: dict
     """Instantiate a registered family for a dataset's input and output shape."""
     cls = get_model_class(family)
     return cls(input_channels=input_channels, output_size=meta.output_size, per_step=meta.per_step, **model_kwargs)
-
-
-def split_inputs(cls: type[SequenceModel], split: Split, model_kwargs: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """A whole split -> the model's input tensors (computed once; sliced per batch)."""
-    x, t, mask = (torch.from_numpy(np.ascontiguousarray(a)) for a in (split.x, split.t, split.mask))
-    return cls.prepare_inputs(x, t, mask, **model_kwargs)
 
 
 def loss_fn(meta: Meta, output: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -64,7 +58,8 @@ class Trainer:
         channels = dataset.splits["train"].x.shape[2]
         self.model = build_model(family, self.meta, channels, model_kwargs).to(device)
         # Whole splits live on the device: the datasets are small, and it saves a copy per batch.
-        self.inputs = {name: {k: v.to(device) for k, v in split_inputs(cls, s, model_kwargs).items()}
+        # Built once per split, or read from what prepare precomputed / an earlier trial cached.
+        self.inputs = {name: {k: v.to(device) for k, v in load_inputs(cls, name, s, model_kwargs, dataset.folder).items()}
                        for name, s in dataset.splits.items()}
         self.targets = {name: torch.from_numpy(s.y).to(device) for name, s in dataset.splits.items()}
         self.masks = {name: torch.from_numpy(s.mask).to(device) for name, s in dataset.splits.items()}

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import http.server
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -27,3 +30,77 @@ def project(tmp_path: Path) -> Path:
     shutil.copytree(REPO / "search_spaces", tmp_path / "search_spaces")
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     return tmp_path
+
+
+class _RangeHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves the fixture folder with HTTP Range support; `server.faults` can cut responses short."""
+
+    def log_message(self, *args) -> None:  # keep pytest output clean
+        pass
+
+    def do_GET(self) -> None:
+        path = Path(self.translate_path(self.path))
+        self.server.requests.append((self.path, self.headers.get("Range")))
+        if not path.is_file():
+            self.send_error(404)
+            return
+        data = path.read_bytes()
+        start, status = 0, 200
+        rng = self.headers.get("Range")
+        if rng and rng.startswith("bytes="):
+            start = int(rng[6:].split("-")[0])
+            if start >= len(data):
+                self.send_response(416)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            status = 206
+        body = data[start:]
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        self.end_headers()
+        cut = self.server.faults.pop(path.name, None) if self.server.faults else None
+        if cut is not None:  # send only part of the body, then drop the connection
+            self.wfile.write(body[:cut])
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        self.wfile.write(body)
+
+
+class FixtureServer:
+    """A real HTTP server on 127.0.0.1 serving `root`; `faults[filename] = n` cuts the next
+    response for that file after n bytes; `requests` lists (path, Range header) received."""
+
+    def __init__(self, root: Path) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.root = root
+        handler = functools.partial(_RangeHandler, directory=str(root))
+        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd.faults = {}
+        self._httpd.requests = []
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def faults(self) -> dict[str, int]:
+        return self._httpd.faults
+
+    @property
+    def requests(self) -> list[tuple[str, str | None]]:
+        return self._httpd.requests
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+@pytest.fixture
+def http_server(tmp_path: Path):
+    """Fixture files put in `.root` are served at `.url` (http://127.0.0.1:PORT/)."""
+    server = FixtureServer(tmp_path / "served")
+    yield server
+    server.close()

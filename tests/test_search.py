@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 from pipeline import tracking
 from pipeline.config import SearchParams, XorParams
 from pipeline.data.contract import Dataset, Split, save_dataset
-from pipeline.data.prepare import build_xor
+from pipeline.data.xor import build as build_xor
 from pipeline.errors import ConfigError, MissingInputError, TrialFailedError
 from pipeline.paths import processed_dir, search_result_path
 from pipeline.search import search

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.config import XorParams
 from pipeline.data.contract import Dataset, Split
-from pipeline.data.prepare import build_xor
+from pipeline.data.xor import build as build_xor
 from pipeline.errors import TrialFailedError
 from pipeline.train import TimeLimitReached, Trainer, TrainSettings
 

@@ -4,8 +4,14 @@
         train.npz, val.npz, test.npz   x (N, L, C) float32, NaN where missing or padded
                                        t (N, L) float32, padding repeats the last valid time
                                        mask (N, L) bool, True at observed steps
-                                       y (N,) int64 labels, or (N, L) / (N, O) float targets
+                                       y (N,) int64 labels, (N, L) int64 per-step labels, or
+                                       (N, O) / (N, L, O) float regression targets
         meta.json                      task, metric, output size, channels, normalisation, sizes
+        inputs/                        optional: model inputs precomputed in prepare (inputs.py)
+
+Static features (age, ICU unit, ...) are the last channels of x, listed in meta.static_channels,
+repeated at every observed step: every family reads them at its first step, so they set the
+initial state (the CDE families' h0 = zeta(X(t0)) sees them) without a per-family static encoder.
 
 Writing goes to a temporary sibling folder that is renamed into place, so a failed prepare
 never leaves a half-written dataset behind.
@@ -18,6 +24,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -61,6 +68,7 @@ class Meta:
     norm_mean: list[float] = field(default_factory=list)
     norm_std: list[float] = field(default_factory=list)
     classes: list[str] = field(default_factory=list)
+    static_channels: list[str] = field(default_factory=list)  # the last channels of x
 
     @property
     def mode(self) -> str:
@@ -71,14 +79,48 @@ class Meta:
 class Dataset:
     meta: Meta
     splits: dict[str, Split]
+    folder: Path | None = None  # where it was loaded from; None when built in memory
+
+
+def stratified_split(y: np.ndarray, seed: int, fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)) -> dict[str, np.ndarray]:
+    """Sorted index arrays {"train", "val", "test"} of a stratified, seeded split of labels y (N,).
+
+    The test part is carved first, then validation from the rest, as Kidger et al. (2020) do
+    (two sklearn train_test_split calls), so the fractions hold for every class.
+    """
+    from sklearn.model_selection import train_test_split
+
+    train_frac, val_frac, test_frac = fractions
+    idx = np.arange(len(y))
+    rest, test = train_test_split(idx, test_size=test_frac, random_state=seed, stratify=y)
+    train, val = train_test_split(rest, test_size=val_frac / (train_frac + val_frac), random_state=seed, stratify=y[rest])
+    return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
+
+
+def take(split: Split, idx: np.ndarray) -> Split:
+    """The rows `idx` of a split."""
+    return Split(split.x[idx], split.t[idx], split.mask[idx], split.y[idx])
+
+
+def carve_validation(train: Split, fraction: float, seed: int) -> tuple[Split, Split]:
+    """Stratified, seeded split of `train` into (train, val), for sources with a fixed test set."""
+    from sklearn.model_selection import train_test_split
+
+    tr, va = train_test_split(np.arange(len(train)), test_size=fraction, random_state=seed, stratify=train.y)
+    return take(train, np.sort(tr)), take(train, np.sort(va))
 
 
 def standardise(splits: dict[str, Split]) -> tuple[dict[str, Split], np.ndarray, np.ndarray]:
-    """Per-channel standardisation with statistics from the observed train values only."""
+    """Per-channel standardisation with statistics from the observed train values only.
+
+    NaN (missing) stays NaN. A channel never observed in train gets mean 0 and std 1.
+    """
     train = splits["train"]
     observed = train.x[train.mask]  # (n_observed, C)
-    mean = np.nanmean(observed, axis=0)
-    std = np.nanstd(observed, axis=0)
+    seen = (~np.isnan(observed)).any(axis=0)
+    filled = np.where(seen, observed, 0.0) if not seen.all() else observed
+    mean = np.where(seen, np.nanmean(filled, axis=0, dtype=np.float64), 0.0).astype(np.float32)
+    std = np.where(seen, np.nanstd(filled, axis=0, dtype=np.float64), 1.0).astype(np.float32)
     std = np.where(std > 1e-8, std, 1.0)  # a constant channel is centred, not blown up
     out = {
         name: Split(((s.x - mean) / std).astype(np.float32), s.t, s.mask, s.y)
@@ -87,14 +129,19 @@ def standardise(splits: dict[str, Split]) -> tuple[dict[str, Split], np.ndarray,
     return out, mean, std
 
 
-def save_dataset(folder: Path, dataset: Dataset) -> None:
-    """Write atomically: build in a temporary sibling, then swap it into place."""
+def save_dataset(folder: Path, dataset: Dataset, extra: Callable[[Path], None] | None = None) -> None:
+    """Write atomically: build in a temporary sibling, then swap it into place.
+
+    `extra(tmp_folder)` may add files (precomputed inputs) before the swap.
+    """
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
         for name, split in dataset.splits.items():
             np.savez_compressed(tmp / f"{name}.npz", x=split.x, t=split.t, mask=split.mask, y=split.y)
         (tmp / "meta.json").write_text(json.dumps(asdict(dataset.meta), indent=2) + "\n")
+        if extra is not None:
+            extra(tmp)
         if folder.exists():
             shutil.rmtree(folder)
         tmp.rename(folder)
@@ -113,7 +160,7 @@ def load_dataset(folder: Path) -> Dataset:
     for name in SPLITS:
         with np.load(folder / f"{name}.npz") as z:
             splits[name] = Split(z["x"], z["t"], z["mask"], z["y"])
-    return Dataset(load_meta(folder), splits)
+    return Dataset(load_meta(folder), splits, folder)
 
 
 def pad_sequences(

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.data.contract import Split
+from pathlib import Path
+
+from pipeline.config import XorParams
+from pipeline.data.contract import Dataset, Meta, Split, carve_validation, standardise
+from pipeline.data.download import RawFile
 
 PAD = 32  # reference pad size; streams hold at most PAD - 1 bits
 
@@ -46,3 +50,24 @@ def generate_xor(n: int, event_based: bool, rng: np.random.Generator) -> Split:
     t = np.where(mask, t, last_time[:, None]).astype(np.float32)
     x[~mask] = np.nan
     return Split(x=x, t=t, mask=mask, y=labels.astype(np.int64))
+
+
+def raw_files(p: XorParams) -> list[RawFile]:
+    """Generated from its seed: nothing to download."""
+    return []
+
+
+def build(name: str, p: XorParams, raw_dir: Path | None = None) -> Dataset:
+    """Train/val/test XOR splits, standardised with train statistics."""
+    # Independent streams for train and test from one seed: no overlap, reproducible.
+    train_rng, test_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(p.seed).spawn(2))
+    train, val = carve_validation(generate_xor(p.n_train, p.event_based, train_rng), p.val_fraction, p.seed)
+    splits, mean, std = standardise({"train": train, "val": val, "test": generate_xor(p.n_test, p.event_based, test_rng)})
+    encoding = "event-based" if p.event_based else "dense"
+    meta = Meta(
+        name=name, task="binary", per_step=False, output_size=1, metric="accuracy", channels=["bit"],
+        source=f"bit-stream XOR, {encoding} (Lechner & Hasani 2020; Hasani et al. 2022), seed {p.seed}",
+        sizes={k: len(v) for k, v in splits.items()}, norm_mean=mean.tolist(), norm_std=std.tolist(),
+        classes=["even", "odd"],
+    )
+    return Dataset(meta, splits)

@@ -108,6 +108,7 @@ class CDEModel(SequenceModel):
     """Base of the "interp" models: inputs are spline coefficients, built once per split."""
 
     representation: ClassVar[str] = "interp"
+    input_arguments: ClassVar[tuple[str, ...]] = ("interpolation",)
 
     @classmethod
     def prepare_inputs(

@@ -53,6 +53,9 @@ class SequenceModel(nn.Module):
     # The keyword inputs of forward(), filled in per subclass; checked on every call so a
     # model handed another family's inputs says which representation it needs.
     input_keys: ClassVar[tuple[str, ...]] = ()
+    # The model arguments `prepare_inputs` reads: they name cached or precomputed inputs
+    # (pipeline/data/inputs.py), so two trials that differ only elsewhere share them.
+    input_arguments: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

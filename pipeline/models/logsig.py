@@ -115,6 +115,7 @@ class LogSigInputs:
     """
 
     representation: ClassVar[str] = "logsig"
+    input_arguments: ClassVar[tuple[str, ...]] = ("logsig_depth", "logsig_step")
     # The path is always piecewise linear: a search space naming `interpolation` fails at load.
     withheld_arguments: ClassVar[tuple[str, ...]] = ("interpolation",)
 
