@@ -39,6 +39,18 @@ class PrecomputeSpec(_Strict):
     family: str
     args: dict[str, Any] = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _known_family(self) -> "PrecomputeSpec":
+        from pipeline.models import MODELS, get_model_class  # late: keeps `import pipeline.config` light
+
+        if self.family not in MODELS:
+            raise ValueError(f"unknown family {self.family!r}; valid: {sorted(MODELS)}")
+        allowed = get_model_class(self.family).input_arguments
+        unknown = sorted(set(self.args) - set(allowed))
+        if unknown:
+            raise ValueError(f"{unknown} do not change {self.family}'s inputs; allowed: {list(allowed)}")
+        return self
+
 
 class UeaParams(_Strict):
     """A UEA archive dataset: aeon's bundled copy when it ships one, else the archive's zip."""
@@ -78,6 +90,8 @@ class Physionet2012Params(_Strict):
 
     kind: Literal["physionet2012"]
     max_hours: float = Field(48.0, gt=0)
+    quantization: float = Field(
+        0.016, gt=0, description="hours observation times are rounded to (CfC 0.016; Rubanova 0.1)")
     seed: int = 0
     precompute: list[PrecomputeSpec] = Field(default_factory=list)
 

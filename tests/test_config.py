@@ -51,8 +51,8 @@ def test_unknown_family_lists_valid_ones(tmp_path) -> None:
 
 def test_dataset_without_prepare_section(tmp_path) -> None:
     raw = default_params()
-    raw["datasets"].append("speech_commands")
-    with pytest.raises(ConfigError, match="speech_commands"):
+    raw["datasets"].append("imdb")
+    with pytest.raises(ConfigError, match="imdb"):
         load_params(write_params(tmp_path, raw))
 
 
@@ -74,3 +74,25 @@ def test_malformed_yaml_names_file(tmp_path) -> None:
     path.write_text("search: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_params(path)
+
+
+def test_every_dataset_kind_in_params_loads() -> None:
+    kinds = {p.kind for p in load_params(REPO / "params.yaml").prepare.values()}
+    assert kinds == {"xor", "uea", "speech_commands", "sepsis", "physionet2012", "person_activity", "walker2d"}
+
+
+def test_precompute_names_the_family_and_the_arguments(tmp_path) -> None:
+    params = default_params()
+    params["prepare"]["eigenworms"]["precompute"] = [{"family": "nrde", "args": {"hidden_size": 3}}]
+    with pytest.raises(ConfigError, match=r"prepare\.eigenworms\.precompute\.0.*hidden_size.*logsig_depth"):
+        load_params(write_params(tmp_path, params))
+    params["prepare"]["eigenworms"]["precompute"] = [{"family": "nrdee", "args": {}}]
+    with pytest.raises(ConfigError, match="unknown family 'nrdee'"):
+        load_params(write_params(tmp_path, params))
+
+
+def test_unknown_dataset_kind_lists_the_kinds(tmp_path) -> None:
+    params = default_params()
+    params["prepare"]["xor_event"]["kind"] = "speechcommands"
+    with pytest.raises(ConfigError, match="speech_commands"):
+        load_params(write_params(tmp_path, params))
