@@ -56,11 +56,11 @@ class UeaParams(_Strict):
     """A UEA archive dataset: aeon's bundled copy when it ships one, else the archive's zip."""
 
     kind: Literal["uea"]
-    name: str = "JapaneseVowels"
+    name: str = Field("JapaneseVowels", description="one of the archive's 30 multivariate datasets (uea.py)")
     drop_fraction: float = Field(0.0, ge=0, lt=1, description="observations dropped per series")
     resplit: bool = Field(False, description="pool train+test and split 70/15/15 (Kidger et al.)")
     val_fraction: float = Field(0.2, gt=0, lt=1, description="of train, when not resplit")
-    seed: int = 56789
+    seed: int = Field(56789, description="dropped positions and splits (Kidger et al.'s generator seed)")
     precompute: list[PrecomputeSpec] = Field(default_factory=list)
 
 
@@ -70,17 +70,25 @@ class SpeechCommandsParams(_Strict):
     kind: Literal["speech_commands"]
     n_mfcc: int = Field(20, ge=1)
     n_mels: int = Field(64, ge=1)
-    n_fft: int = Field(200, ge=16)
+    n_fft: int = Field(200, ge=16, le=16000, description="window; the hop is n_fft // 2 (torchaudio)")
     seed: int = 0
     precompute: list[PrecomputeSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _mfcc_within_mels(self) -> "SpeechCommandsParams":
+        if self.n_mfcc > self.n_mels:  # torchaudio.transforms.MFCC refuses this too
+            raise ValueError(f"n_mfcc ({self.n_mfcc}) cannot exceed n_mels ({self.n_mels})")
+        return self
 
 
 class SepsisParams(_Strict):
     """PhysioNet/CinC 2019 sepsis prediction, training sets A and B, first 72 hours."""
 
     kind: Literal["sepsis"]
-    intensity: bool = Field(False, description="add cumulative observation counts as channels")
-    max_hours: int = Field(72, ge=1)
+    intensity: bool = Field(
+        False, description="observational intensity (Kidger et al. 2020): cumulative observation counts "
+        "of the 34 channels, and Unit1/Unit2-observed static flags")
+    max_hours: int = Field(72, ge=1, description="rows up to the first with ICULOS above this are kept")
     seed: int = 0
     precompute: list[PrecomputeSpec] = Field(default_factory=list)
 
@@ -102,7 +110,8 @@ class PersonActivityParams(_Strict):
     kind: Literal["person_activity"]
     window: int = Field(32, ge=2)
     stride: int = Field(16, ge=1)
-    seed: int = 0
+    val_fraction: float = Field(0.1, gt=0, lt=1, description="of the reference's 80% train windows")
+    seed: int = Field(98841, description="window permutation; 98841 is ODE-LSTM's")
 
 
 class Walker2dParams(_Strict):
@@ -112,7 +121,8 @@ class Walker2dParams(_Strict):
     window: int = Field(64, ge=2)
     stride: int = Field(16, ge=1)
     drop_fraction: float = Field(0.1, ge=0, lt=1)
-    seed: int = 0
+    seed: int = Field(125487, description="file shuffle before the 75/10/15 split; 125487 is ODE-LSTM's")
+    drop_seed: int = Field(891374, description="which steps are dropped; 891374 is ODE-LSTM's")
 
 
 DatasetParams = Annotated[

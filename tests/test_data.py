@@ -1,17 +1,15 @@
-"""Datasets: the XOR generators encode what the papers describe, UEA loads from aeon, splits
-are seeded and leak-free, and writing is atomic."""
+"""Datasets: the XOR generators encode what the papers describe, splits are seeded and
+leak-free, and writing is atomic. (UEA: tests/test_data_uea.py.)"""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pipeline.config import UeaParams, XorParams
-from pipeline.data.contract import Split, load_dataset, save_dataset
-from pipeline.data.prepare import build_uea, build_xor, prepare
-from pipeline.data.uea import drop_observations, load_uea
+from pipeline.config import XorParams
+from pipeline.data.contract import Split, load_dataset, save_dataset, standardise, stratified_split
+from pipeline.data.xor import build as build_xor
 from pipeline.data.xor import PAD, generate_xor
-from pipeline.errors import ConfigError
 
 
 def _decode(split: Split, i: int) -> list[int]:
@@ -60,29 +58,6 @@ def test_xor_dataset_is_reproducible_with_train_only_normalisation() -> None:
     assert abs(np.nanmean(a.splits["test"].x[a.splits["test"].mask])) > 1e-5
 
 
-def test_japanese_vowels_from_aeon() -> None:
-    series, labels = load_uea("JapaneseVowels", "train")
-    assert len(series) == 270 and series[0].shape[1] == 12 and len(set(labels)) == 9
-    d = build_uea("jv", UeaParams(kind="uea", name="JapaneseVowels", val_fraction=0.2, seed=0))
-    assert d.meta.output_size == 9 and d.meta.sizes == {"train": 216, "val": 54, "test": 370}
-    lengths = d.splits["test"].mask.sum(axis=1)
-    assert lengths.min() == 7 and lengths.max() == 29
-
-
-def test_drop_fraction_removes_observations_and_keeps_times() -> None:
-    rng = np.random.default_rng(0)
-    series = [np.arange(20, dtype=np.float32).reshape(10, 2), np.ones((7, 2), np.float32)]
-    values, times = drop_observations(series, 0.3, rng)
-    assert [len(v) for v in values] == [7, 5]
-    assert np.array_equal(values[0][:, 0] / 2, times[0])  # value i sits at time i
-    assert (np.diff(times[0]) >= 1).all() and np.diff(times[0]).max() > 1
-
-
-def test_unknown_uea_name() -> None:
-    with pytest.raises(ConfigError, match="EigenWorms.*JapaneseVowels"):
-        load_uea("EigenWorms", "train")
-
-
 def test_save_is_atomic_and_round_trips(tmp_path) -> None:
     d = build_xor("x", XorParams(kind="xor", n_train=100, n_test=50, seed=1))
     out = tmp_path / "x"
@@ -98,8 +73,24 @@ def test_save_is_atomic_and_round_trips(tmp_path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["x"]  # no half-written folder left
 
 
-def test_prepare_writes_the_contract(tmp_path) -> None:
-    meta = prepare("jv30", UeaParams(kind="uea", drop_fraction=0.3, seed=3), tmp_path / "jv30")
-    assert sorted(p.name for p in (tmp_path / "jv30").iterdir()) == ["meta.json", "test.npz", "train.npz", "val.npz"]
-    test = load_dataset(tmp_path / "jv30").splits["test"]
-    assert test.mask.sum(axis=1).max() < 29 and meta.metric == "accuracy" and meta.mode == "max"
+@pytest.mark.parametrize("n", [100, 200, 259])
+def test_stratified_split_is_70_15_15_disjoint_and_seeded(n: int) -> None:
+    y = np.arange(n) % 5
+    parts = stratified_split(y, seed=7)
+    sizes = {k: len(v) for k, v in parts.items()}
+    assert sizes["train"] == round(0.7 * n) and abs(sizes["val"] - sizes["test"]) <= 1
+    assert sorted(np.concatenate(list(parts.values()))) == list(range(n))  # disjoint, complete
+    for idx in parts.values():  # every class in the same share (to one example)
+        counts = np.bincount(y[idx], minlength=5)
+        assert counts.max() - counts.min() <= 1
+    again = stratified_split(y, seed=7)
+    assert all(np.array_equal(parts[k], again[k]) for k in parts)
+    assert not np.array_equal(stratified_split(y, seed=8)["test"], parts["test"])
+
+
+def test_standardise_keeps_nan_and_centres_a_never_observed_channel() -> None:
+    x = np.array([[[1.0, np.nan], [3.0, np.nan]]], np.float32)
+    split = Split(x, np.zeros((1, 2), np.float32), np.ones((1, 2), bool), np.zeros(1, np.int64))
+    out, mean, std = standardise({"train": split, "val": split, "test": split})
+    assert mean.tolist() == [2.0, 0.0] and std.tolist() == [1.0, 1.0]
+    assert out["test"].x[0, :, 0].tolist() == [-1.0, 1.0] and np.isnan(out["test"].x[0, :, 1]).all()

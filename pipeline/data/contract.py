@@ -85,15 +85,15 @@ class Dataset:
 def stratified_split(y: np.ndarray, seed: int, fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)) -> dict[str, np.ndarray]:
     """Sorted index arrays {"train", "val", "test"} of a stratified, seeded split of labels y (N,).
 
-    The test part is carved first, then validation from the rest, as Kidger et al. (2020) do
-    (two sklearn train_test_split calls), so the fractions hold for every class.
+    Train is carved first and the rest halved (for the default fractions), as Kidger et al.
+    (2020) do with two sklearn train_test_split calls, so 100 examples give exactly 70/15/15.
     """
     from sklearn.model_selection import train_test_split
 
     train_frac, val_frac, test_frac = fractions
     idx = np.arange(len(y))
-    rest, test = train_test_split(idx, test_size=test_frac, random_state=seed, stratify=y)
-    train, val = train_test_split(rest, test_size=val_frac / (train_frac + val_frac), random_state=seed, stratify=y[rest])
+    train, rest = train_test_split(idx, train_size=train_frac, random_state=seed, stratify=y)
+    val, test = train_test_split(rest, test_size=test_frac / (val_frac + test_frac), random_state=seed, stratify=y[rest])
     return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
 
 
