@@ -1,0 +1,210 @@
+"""PhysioNet/CinC 2012 prepare: synthetic stays in the real set-a format (tar.gz of
+set-a/<RecordID>.txt, Outcomes-a.txt), served over HTTP and prepared through the real path."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.config import Physionet2012Params
+from pipeline.data import physionet2012 as p12
+from pipeline.data.contract import load_dataset
+from pipeline.data.prepare import prepare
+from pipeline.errors import DataError
+
+OUTCOMES_HEADER = "RecordID,SAPS-I,SOFA,Length_of_stay,Survival,In-hospital_death"
+
+
+def record(rid: int, age: float, lines: list[str], gender=1, height=-1, icu=4, weight=-1) -> bytes:
+    head = ["Time,Parameter,Value", f"00:00,RecordID,{rid}", f"00:00,Age,{age:g}", f"00:00,Gender,{gender}",
+            f"00:00,Height,{height}", f"00:00,ICUType,{icu}", f"00:00,Weight,{weight}"]
+    return ("\n".join(head + lines) + "\n").encode()
+
+
+# Hand-made stays, told apart by Age.
+SPECIAL = {
+    132539: (0, record(132539, 54, [
+        "00:00,MechVent,1",      # step 0, with the descriptors
+        "00:07,HR,80",           # 0.1167 h -> bin 7 -> 0.112
+        "00:07,HR,90",           #   same step: HR averaged to 85
+        "00:07,GCS,15",
+        "00:08,HR,70",           # 0.1333 h -> bin 8 -> 0.128: a step of its own
+        "01:30,Weight,80.5",     # a Weight measurement (time series), 1.5 h -> bin 94 -> 1.504
+        "47:59,Temp,37",         # 47.983 h -> bin 2999 -> 47.984
+        "48:00,Temp,38",         # 48 h: kept
+        "49:00,HR,100",          # after 48 h: dropped
+    ], height=-1, weight=-1)),
+    132540: (1, record(132540, 66, ["00:30,HR,100", "01:00,Urine,250"], gender=0, height=170.2, icu=2,
+                       weight=70.5)),
+    132541: (0, record(132541, 77, [])),  # descriptors only: one step at time 0
+}
+
+
+def filler(count: int) -> dict[int, tuple[int, bytes]]:
+    out = {}
+    for k in range(count):
+        lines = [f"{h:02d}:{(7 * k) % 60:02d},HR,{70 + k + h}" for h in range(1, 2 + k % 5)]
+        lines.append(f"03:{k:02d},Glucose,{100 + k}")
+        out[140000 + k] = (k % 2, record(140000 + k, 20 + k, lines))
+    return out
+
+
+def write_fixture(root: Path, stays: dict[int, tuple[int, bytes]], outcomes: dict[int, str] | None = None) -> None:
+    with tarfile.open(root / "set-a.tar.gz", "w:gz") as tar:
+        for rid, (_, data) in stays.items():
+            info = tarfile.TarInfo(f"set-a/{rid}.txt")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    rows = [OUTCOMES_HEADER]
+    for rid, (label, _) in stays.items():
+        died = outcomes.get(rid, str(label)) if outcomes else str(label)
+        rows.append(f"{rid},6,1,5,-1,{died}")
+    (root / "Outcomes-a.txt").write_text("\n".join(rows) + "\n")
+
+
+@pytest.fixture
+def served(http_server):
+    write_fixture(http_server.root, {**SPECIAL, **filler(22)})
+    return http_server
+
+
+def run(tmp_path: Path, server, **params):
+    p = Physionet2012Params(kind="physionet2012", **params)
+    out = tmp_path / "processed" / "physionet2012"
+    meta = prepare("physionet2012", p, out_dir=out, raw_dir=tmp_path / "raw" / "physionet2012",
+                   lock_path=tmp_path / "raw.lock", source=server.url)
+    return meta, load_dataset(out)
+
+
+def stay(ds, age: float):
+    """One stay's observed steps, de-standardised: x (S, C), t (S,), y."""
+    mean, std = np.asarray(ds.meta.norm_mean), np.asarray(ds.meta.norm_std)
+    age_channel = ds.meta.channels.index("Age")
+    found = []
+    for split in ds.splits.values():
+        x = split.x * std + mean
+        for i in np.flatnonzero(np.isclose(x[:, 0, age_channel], age, atol=1e-3)):
+            found.append((x[i][split.mask[i]], split.t[i][split.mask[i]], split.y[i]))
+    assert len(found) == 1, f"age {age}: {len(found)} stays"
+    return found[0]
+
+
+def test_raw_files_are_the_reference_addresses():
+    files = p12.raw_files(Physionet2012Params(kind="physionet2012"))
+    assert [(f.url, f.filename) for f in files] == [
+        ("https://physionet.org/files/challenge-2012/1.0.0/set-a.tar.gz?download", "set-a.tar.gz"),
+        ("https://physionet.org/files/challenge-2012/1.0.0/Outcomes-a.txt", "Outcomes-a.txt"),
+    ]
+
+
+def test_channels_are_the_reference_parameters():
+    assert len(p12.PARAMS) == 41 and len(p12.TIME_SERIES) == 37
+    assert p12.TIME_SERIES[0] == "Weight" and "Age" not in p12.TIME_SERIES and "ICUType" not in p12.TIME_SERIES
+
+
+def test_prepare_merges_quantises_truncates_and_appends_statics(tmp_path, served):
+    meta, ds = run(tmp_path, served)
+    assert (meta.task, meta.metric, meta.output_size, meta.per_step) == ("binary", "auroc", 1, False)
+    assert meta.channels == p12.TIME_SERIES + ["Age", "Gender", "Height", "ICUType", "Weight_admission"]
+    assert meta.static_channels == meta.channels[-5:]
+    assert meta.classes == ["survived", "died"]
+    # 25 stays, 70/15/15 as sklearn rounds: test ceil(3.75) = 4, val ceil(21 * 0.15 / 0.85) = 4
+    assert meta.sizes == {"train": 17, "val": 4, "test": 4}
+    for split in ds.splits.values():
+        assert split.x.shape[1:] == (7, 42) and split.x.dtype == np.float32
+        assert set(split.y.tolist()) == {0, 1}
+
+    col = meta.channels.index
+    x, t, y = stay(ds, 54)
+    assert y == 0
+    np.testing.assert_allclose(t, [0.0, 0.112, 0.128, 1.504, 47.984, 48.0], atol=1e-5)
+    np.testing.assert_allclose(x[:, col("HR")], [np.nan, 85.0, 70.0, np.nan, np.nan, np.nan], rtol=1e-5)
+    np.testing.assert_allclose(x[:, col("GCS")], [np.nan, 15.0, np.nan, np.nan, np.nan, np.nan], rtol=1e-5)
+    np.testing.assert_allclose(x[:, col("MechVent")], [1.0] + [np.nan] * 5, rtol=1e-5)
+    np.testing.assert_allclose(x[:, col("Weight")], [np.nan] * 3 + [80.5, np.nan, np.nan], rtol=1e-5)
+    np.testing.assert_allclose(x[:, col("Temp")], [np.nan] * 4 + [37.0, 38.0], rtol=1e-5)
+    assert np.isnan(x[:, col("Albumin")]).all()
+    # statics at every step; the -1 descriptors (Height, Weight) are missing
+    statics = x[:, -5:]
+    np.testing.assert_allclose(statics[:, [0, 1, 3]], np.tile([54.0, 1.0, 4.0], (6, 1)), atol=1e-4)
+    assert np.isnan(statics[:, [2, 4]]).all()
+
+    x, t, y = stay(ds, 66)
+    assert y == 1
+    np.testing.assert_allclose(t, [0.0, 0.496, 0.992], atol=1e-5)  # 0.5 h -> bin 31; 1 h -> bin 62
+    np.testing.assert_allclose(x[0, -5:], [66.0, 0.0, 170.2, 2.0, 70.5], rtol=1e-5, atol=1e-4)
+    assert np.isnan(x[:, col("Weight")]).all(), "the descriptor Weight is static only"
+
+    x, t, y = stay(ds, 77)  # descriptors only: one step at time 0
+    np.testing.assert_array_equal(t, [0.0])
+    assert np.isnan(x[0, :37]).all() and x[0, -5] == pytest.approx(77.0, abs=1e-3)
+
+
+def test_coarser_quantisation_merges_by_averaging(tmp_path, served):
+    meta, ds = run(tmp_path, served, quantization=0.1)
+    x, t, _ = stay(ds, 54)
+    # 00:07 and 00:08 now both round to 0.1 h: HR (80 + 90 + 70) / 3
+    np.testing.assert_allclose(t[:2], [0.0, 0.1], atol=1e-6)
+    assert x[1, meta.channels.index("HR")] == pytest.approx(80.0, rel=1e-5)
+
+
+def test_max_hours_truncates(tmp_path, served):
+    _, ds = run(tmp_path, served, max_hours=24.0)
+    x, t, _ = stay(ds, 54)
+    np.testing.assert_allclose(t, [0.0, 0.112, 0.128, 1.504], atol=1e-5)
+
+
+def _expect_error(tmp_path, server, match):
+    out = tmp_path / "processed" / "physionet2012"
+    with pytest.raises(DataError, match=match):
+        prepare("physionet2012", Physionet2012Params(kind="physionet2012"), out_dir=out,
+                raw_dir=tmp_path / "raw" / "physionet2012", lock_path=tmp_path / "raw.lock", source=server.url)
+    assert not out.exists()
+    assert not out.parent.exists() or not any(out.parent.iterdir()), "no temporary folder left"
+
+
+@pytest.mark.parametrize("line, message", [
+    ("00:07,HR", r"line 8: expected 'HH:MM,Parameter,Value', got '00:07,HR'"),
+    ("7h05,HR,80", r"line 8: time '7h05' is not HH:MM"),
+    ("01:75,HR,80", r"line 8: time '01:75' is not HH:MM"),
+    ("01:05,HR,high", r"line 8: value 'high' is not a number"),
+    ("01:05,HeartRate,80", r"line 8: unknown parameter 'HeartRate'"),
+])
+def test_malformed_line_names_file_and_line(tmp_path, http_server, line, message):
+    stays = {**SPECIAL, **filler(22)}
+    stays[140005] = (1, record(140005, 25, [line]))
+    write_fixture(http_server.root, stays)
+    _expect_error(tmp_path, http_server, r"set-a\.tar\.gz:set-a/140005\.txt: " + message)
+
+
+def test_outcome_outside_0_1(tmp_path, http_server):
+    write_fixture(http_server.root, {**SPECIAL, **filler(22)}, outcomes={140003: "2"})
+    _expect_error(tmp_path, http_server, r"Outcomes-a\.txt: line 8: In-hospital_death '2' is not 0 or 1")
+
+
+def test_record_without_outcome(tmp_path, http_server):
+    write_fixture(http_server.root, {**SPECIAL, **filler(22)})
+    outcomes = http_server.root / "Outcomes-a.txt"
+    outcomes.write_text("\n".join(l for l in outcomes.read_text().splitlines() if not l.startswith("140007")) + "\n")
+    _expect_error(tmp_path, http_server, r"record 140007 has no line in .*Outcomes-a\.txt")
+
+
+def test_corrupt_archive(tmp_path, served):
+    data = (served.root / "set-a.tar.gz").read_bytes()
+    (served.root / "set-a.tar.gz").write_bytes(data[: len(data) // 2])
+    _expect_error(tmp_path, served, r"set-a\.tar\.gz")
+
+
+def test_corrupt_archive_in_build(tmp_path):
+    # build itself, past the download's check: a gzip stream cut short.
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write_fixture(raw, {**SPECIAL, **filler(22)})
+    data = (raw / "set-a.tar.gz").read_bytes()
+    (raw / "set-a.tar.gz").write_bytes(data[: len(data) - 40])
+    with pytest.raises(DataError, match=r"set-a\.tar\.gz: not a readable tar\.gz archive"):
+        p12.build("physionet2012", Physionet2012Params(kind="physionet2012"), raw)
