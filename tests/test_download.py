@@ -102,3 +102,19 @@ def test_local_mirror_directory_and_env_variable(http_server, tmp_path: Path, mo
     assert path.read_bytes() == data and http_server.requests == []
     with pytest.raises(DataError, match="g.zip"):
         fetch([RawFile("https://example.org/g.zip", "g.zip")], tmp_path / "raw", tmp_path / "raw.lock")
+
+
+def test_published_checksum_list_is_checked(http_server, tmp_path: Path, capsys) -> None:
+    data = _zip_bytes()
+    (http_server.root / "h.zip").write_bytes(data)
+    f = RawFile("https://example.org/1.0/h.zip", "h.zip", checksums_url="https://example.org/1.0/SHA256SUMS.txt")
+    # No list served: a warning, and trust on first use as for any other file.
+    fetch([f], tmp_path / "raw0", tmp_path / "lock0", source=http_server.url)
+    assert "no published checksums" in capsys.readouterr().err
+    listing = http_server.root / "SHA256SUMS.txt"
+    listing.write_text(f"{'1' * 64}  other.txt\n{hashlib.sha256(data).hexdigest()}  h.zip\n")
+    assert fetch([f], tmp_path / "raw1", tmp_path / "lock1", source=http_server.url)["h.zip"].read_bytes() == data
+    listing.write_text(f"{'a' * 64}  sub/h.zip\n")  # the source says otherwise: refused
+    with pytest.raises(DownloadError, match=r"h\.zip.*expected aaaa"):
+        fetch([f], tmp_path / "raw2", tmp_path / "lock2", source=http_server.url, retries=1)
+    assert not (tmp_path / "raw2" / "h.zip").exists()

@@ -3,7 +3,9 @@
 Every raw file of a dataset lands in data/raw/<dataset>/ (a DVC output, so `dvc push` shares it
 and `dvc repro` never fetches what the cache holds). A file is trusted only once its SHA-256
 matches what we know of it, in this order:
-  1. a checksum the source publishes, pinned in the dataset module (`RawFile.sha256`);
+  1. a checksum the source publishes: pinned in the dataset module (`RawFile.sha256`), or read
+     from the list the source serves beside the file (`RawFile.checksums_url`, a sha256sum-style
+     SHA256SUMS.txt as PhysioNet publishes for every project);
   2. the checksum recorded in the committed lock file (data/raw.lock) by the first complete
      download (trust on first use, as `dvc import-url` records an md5).
 A file with neither is checked for integrity (a zip's CRCs, a tar.gz read to its end), and its
@@ -23,6 +25,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tarfile
 import time
 import zipfile
@@ -56,11 +59,13 @@ class RawFile:
     url: the canonical address, also the key of the lock file.
     filename: its name inside data/raw/<dataset>/ (and inside a mirror).
     sha256: pinned only where the source itself publishes a checksum.
+    checksums_url: a published list of "<sha256>  <path>" lines that names this file.
     """
 
     url: str
     filename: str
     sha256: str | None = None
+    checksums_url: str | None = None
 
 
 def sha256_of(path: Path) -> str:
@@ -108,10 +113,38 @@ def _locked(lock_path: Path) -> Iterator[dict]:
             os.replace(tmp, lock_path)
 
 
-def expected_sha256(file: RawFile, lock_path: Path) -> str | None:
-    """The pinned checksum, else the recorded one, else None (first use)."""
+def published_sha256(file: RawFile, source: str | None) -> str | None:
+    """This file's line in the source's published checksum list (fetched from the mirror when
+    one is given); None when there is no list, it cannot be read, or it does not name the file."""
+    if not file.checksums_url:
+        return None
+    listing = RawFile(file.checksums_url, file.checksums_url.rsplit("/", 1)[-1])
+    origin = _origin(listing, source)
+    try:
+        if origin.startswith(("http://", "https://")):
+            response = requests.get(origin, timeout=30)
+            response.raise_for_status()
+            text = response.text
+        else:
+            text = Path(origin).read_text()
+    except (requests.RequestException, OSError) as exc:
+        print(f"ctsweep: warning: no published checksums from {origin} ({exc}); using {file.filename}'s "
+              f"recorded checksum", file=sys.stderr)
+        return None
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and (parts[1].lstrip("*") == file.filename or parts[1].endswith("/" + file.filename)):
+            return parts[0].lower()
+    return None
+
+
+def expected_sha256(file: RawFile, lock_path: Path, source: str | None = None) -> str | None:
+    """The pinned or published checksum, else the recorded one, else None (first use)."""
     if file.sha256:
         return file.sha256
+    published = published_sha256(file, source)
+    if published:
+        return published
     with _locked(lock_path) as entries:
         return entries.get(file.url, {}).get("sha256")
 
@@ -184,7 +217,7 @@ def _verify(part: Path, file: RawFile, expected: str | None) -> str:
 def _fetch_one(file: RawFile, raw_dir: Path, lock_path: Path, source: str | None,
                retries: int, timeout: float) -> Path:
     dest = raw_dir / file.filename
-    expected = expected_sha256(file, lock_path)
+    expected = expected_sha256(file, lock_path, source)
     if dest.exists():
         digest = sha256_of(dest)
         if expected is None or digest == expected:

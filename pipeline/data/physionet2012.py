@@ -79,8 +79,11 @@ _WEIGHT = _CODES["Weight"]
 
 
 def raw_files(p: Physionet2012Params) -> list[RawFile]:
-    """set-a and its outcomes (PhysioNet publishes no checksum we can pin here)."""
-    return [RawFile(URL_BASE + ARCHIVE + "?download", ARCHIVE), RawFile(URL_BASE + OUTCOMES, OUTCOMES)]
+    """set-a and its outcomes, verified against the SHA256SUMS.txt PhysioNet publishes with every
+    project (not pinned here: no checksum is written down that was not computed from the file)."""
+    sums = URL_BASE + "SHA256SUMS.txt"
+    return [RawFile(URL_BASE + ARCHIVE + "?download", ARCHIVE, checksums_url=sums),
+            RawFile(URL_BASE + OUTCOMES, OUTCOMES, checksums_url=sums)]
 
 
 def _bad_line(name: str, body: list[tuple[int, str]]) -> DataError:
