@@ -104,3 +104,15 @@ def http_server(tmp_path: Path):
     server = FixtureServer(tmp_path / "served")
     yield server
     server.close()
+
+
+def prepare_served(tmp_path: Path, server: FixtureServer, name: str, params):
+    """The real fetch + prepare of dataset `name` from the fixture server, in tmp_path;
+    returns (meta, the processed dataset as loaded back from disk)."""
+    from pipeline.data.contract import load_dataset
+    from pipeline.data.prepare import prepare
+
+    out = tmp_path / "processed" / name
+    meta = prepare(name, params, out_dir=out, raw_dir=tmp_path / "raw" / name,
+                   lock_path=tmp_path / "raw.lock", source=server.url)
+    return meta, load_dataset(out)

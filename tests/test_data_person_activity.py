@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 
 from pipeline.config import PersonActivityParams
-from pipeline.data.contract import load_dataset
-from pipeline.data.prepare import prepare
 from pipeline.errors import DataError
+from tests.conftest import prepare_served
 
 TAGS = ["010-000-024-033", "010-000-030-096", "020-000-033-111", "020-000-032-221"]
 # The 11 activities of the UCI file and the class each merges into (ODE-LSTM's class_map),
@@ -61,11 +60,7 @@ def write_person(root: Path, lines: list[str]) -> None:
 
 
 def run(tmp_path: Path, server, **params):
-    p = PersonActivityParams(kind="person_activity", **params)
-    out = tmp_path / "processed" / "person"
-    meta = prepare("person", p, out_dir=out, raw_dir=tmp_path / "raw" / "person",
-                   lock_path=tmp_path / "raw.lock", source=server.url)
-    return meta, load_dataset(out)
+    return prepare_served(tmp_path, server, "person", PersonActivityParams(kind="person_activity", **params))
 
 
 def raw_x(ds, split: str) -> np.ndarray:

@@ -12,9 +12,9 @@ import pytest
 
 from pipeline.config import Physionet2012Params
 from pipeline.data import physionet2012 as p12
-from pipeline.data.contract import load_dataset
 from pipeline.data.prepare import prepare
 from pipeline.errors import DataError
+from tests.conftest import prepare_served
 
 OUTCOMES_HEADER = "RecordID,SAPS-I,SOFA,Length_of_stay,Survival,In-hospital_death"
 
@@ -73,11 +73,7 @@ def served(http_server):
 
 
 def run(tmp_path: Path, server, **params):
-    p = Physionet2012Params(kind="physionet2012", **params)
-    out = tmp_path / "processed" / "physionet2012"
-    meta = prepare("physionet2012", p, out_dir=out, raw_dir=tmp_path / "raw" / "physionet2012",
-                   lock_path=tmp_path / "raw.lock", source=server.url)
-    return meta, load_dataset(out)
+    return prepare_served(tmp_path, server, "physionet2012", Physionet2012Params(kind="physionet2012", **params))
 
 
 def stay(ds, age: float):

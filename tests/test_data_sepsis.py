@@ -11,9 +11,9 @@ import pytest
 
 from pipeline.config import SepsisParams
 from pipeline.data import sepsis
-from pipeline.data.contract import load_dataset
 from pipeline.data.prepare import prepare
 from pipeline.errors import DataError
+from tests.conftest import prepare_served
 
 NAN = float("nan")
 HEADER = "|".join(sepsis.COLUMNS)
@@ -76,11 +76,7 @@ def served(http_server):
 
 
 def run(tmp_path: Path, server, **params):
-    p = SepsisParams(kind="sepsis", **params)
-    out = tmp_path / "processed" / "sepsis"
-    meta = prepare("sepsis", p, out_dir=out, raw_dir=tmp_path / "raw" / "sepsis",
-                   lock_path=tmp_path / "raw.lock", source=server.url)
-    return meta, load_dataset(out)
+    return prepare_served(tmp_path, server, "sepsis", SepsisParams(kind="sepsis", **params))
 
 
 def pooled(ds):

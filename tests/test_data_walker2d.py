@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 
 from pipeline.config import Walker2dParams
-from pipeline.data.contract import load_dataset
-from pipeline.data.prepare import prepare
 from pipeline.errors import DataError
+from tests.conftest import prepare_served
 
 N_FILES = 20  # -> 3 test, 2 validation, 15 train files (int(0.15 n), int(0.25 n))
 LENGTHS = [150 + 7 * i for i in range(N_FILES)]
@@ -54,11 +53,7 @@ def fixture_arrays() -> dict[str, np.ndarray]:
 
 
 def run(tmp_path: Path, server, **params):
-    p = Walker2dParams(kind="walker2d", **params)
-    out = tmp_path / "processed" / "walker"
-    meta = prepare("walker", p, out_dir=out, raw_dir=tmp_path / "raw" / "walker",
-                   lock_path=tmp_path / "raw.lock", source=server.url)
-    return meta, load_dataset(out)
+    return prepare_served(tmp_path, server, "walker", Walker2dParams(kind="walker2d", **params))
 
 
 def raw_x(ds, split: str) -> np.ndarray:
