@@ -118,3 +118,13 @@ def test_published_checksum_list_is_checked(http_server, tmp_path: Path, capsys)
     with pytest.raises(DownloadError, match=r"h\.zip.*expected aaaa"):
         fetch([f], tmp_path / "raw2", tmp_path / "lock2", source=http_server.url, retries=1)
     assert not (tmp_path / "raw2" / "h.zip").exists()
+
+
+def test_a_sibling_dataset_s_verified_copy_is_reused(http_server, tmp_path: Path) -> None:
+    data = _zip_bytes()
+    f = _file(http_server, "i.zip", data)
+    lock = tmp_path / "raw.lock"
+    fetch([f], tmp_path / "raw" / "sepsis", lock, source=http_server.url)
+    n = len(http_server.requests)
+    path = fetch([f], tmp_path / "raw" / "sepsis_intensity", lock, source=http_server.url)["i.zip"]
+    assert path.read_bytes() == data and len(http_server.requests) == n  # copied, not downloaded

@@ -199,6 +199,17 @@ def _download(url: str, part: Path, timeout: float) -> None:
             raise _Truncated(f"{url}: got {part.stat().st_size} of {total} bytes (connection dropped)")
 
 
+def _sibling_copy(file: RawFile, raw_dir: Path, expected: str | None) -> str | None:
+    """A verified copy another dataset already fetched (sepsis and sepsis_intensity share their
+    zips), as a local path; None when there is none or nothing to verify it against."""
+    if expected is None:
+        return None
+    for candidate in sorted(raw_dir.parent.glob(f"*/{file.filename}")):
+        if candidate.parent != raw_dir and candidate.stat().st_size and sha256_of(candidate) == expected:
+            return str(candidate)
+    return None
+
+
 def _copy_local(path: Path, part: Path) -> None:
     if not path.exists():
         raise _NotFound(f"{path}: not found in the local source")
@@ -226,7 +237,7 @@ def _fetch_one(file: RawFile, raw_dir: Path, lock_path: Path, source: str | None
                 _record(file, digest, dest.stat().st_size, str(dest), lock_path)
             return dest
         # A stale or corrupt copy: fetch again; it is replaced only by a verified file.
-    origin = _origin(file, source)
+    origin = _sibling_copy(file, raw_dir, expected) or _origin(file, source)
     part = raw_dir / f".{file.filename}.part"
     error: Exception | None = None
     for attempt in range(retries):
