@@ -125,9 +125,20 @@ class Walker2dParams(_Strict):
     drop_seed: int = Field(891374, description="which steps are dropped; 891374 is ODE-LSTM's")
 
 
+class ImdbParams(_Strict):
+    """IMDB movie-review sentiment (Maas et al. 2011; CfC paper), Keras' tokenised copy."""
+
+    kind: Literal["imdb"]
+    vocab_size: int = Field(20000, ge=4, description="most frequent words kept; the rest become OOV")
+    max_length: int = Field(200, ge=1, description="the last max_length tokens of a review are kept")
+    embedding_size: int = Field(64, ge=1, description="learned embedding in front of every family")
+    val_fraction: float = Field(0.1, gt=0, lt=1, description="of the 25,000 training reviews")
+    seed: int = 113
+
+
 DatasetParams = Annotated[
     Union[XorParams, UeaParams, SpeechCommandsParams, SepsisParams, Physionet2012Params,
-          PersonActivityParams, Walker2dParams],
+          PersonActivityParams, Walker2dParams, ImdbParams],
     Field(discriminator="kind"),
 ]
 
@@ -199,6 +210,7 @@ class Params(_Strict):
 _KINDS = {
     "xor": XorParams, "uea": UeaParams, "speech_commands": SpeechCommandsParams, "sepsis": SepsisParams,
     "physionet2012": Physionet2012Params, "person_activity": PersonActivityParams, "walker2d": Walker2dParams,
+    "imdb": ImdbParams,
 }
 
 

@@ -25,6 +25,8 @@ from pipeline import tracking
 from pipeline.cluster import ray_session
 from pipeline.config import SearchParams
 from pipeline.data.contract import load_dataset, load_meta
+from pipeline.models import get_model_class
+from pipeline.models.embedding import check_token_family
 from pipeline.errors import TrialFailedError
 from pipeline.paths import processed_dir, require, search_result_path
 from pipeline.spaces import SearchSpace, load_space, space_path, split_config
@@ -176,6 +178,8 @@ def search(root: Path, dataset: str, family: str, p: SearchParams) -> dict[str, 
     """
     data_dir = require(processed_dir(root, dataset), f"ctsweep prepare {dataset}")
     meta = load_meta(data_dir)
+    if meta.vocab_size:  # a token dataset: refuse families that cannot read an embedding, before Ray
+        check_token_family(family, get_model_class(family), dataset)
     space = load_space(space_path(root, family), family)
     client, exp_id = tracking.experiment_id(root, dataset)
     parent = tracking.start_run(client, exp_id, f"search/{family}",

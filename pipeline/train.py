@@ -16,6 +16,7 @@ from pipeline.data.inputs import load_inputs
 from pipeline.errors import TrialFailedError
 from pipeline.metrics import score
 from pipeline.models import SequenceModel, get_model_class
+from pipeline.models.embedding import TokenEmbedded, check_token_family
 
 
 class TimeLimitReached(Exception):
@@ -31,8 +32,16 @@ class TrainSettings:
 
 
 def build_model(family: str, meta: Meta, input_channels: int, model_kwargs: dict[str, Any]) -> SequenceModel:
-    """Instantiate a registered family for a dataset's input and output shape."""
+    """Instantiate a registered family for a dataset's input and output shape.
+
+    On a token dataset (meta.vocab_size > 0) the family reads a learned embedding of the ids.
+    """
     cls = get_model_class(family)
+    if meta.vocab_size:
+        check_token_family(family, cls, meta.name)
+        inner = cls(input_channels=meta.embedding_size, output_size=meta.output_size, per_step=meta.per_step,
+                    **model_kwargs)
+        return TokenEmbedded(inner, meta.vocab_size, meta.embedding_size)
     return cls(input_channels=input_channels, output_size=meta.output_size, per_step=meta.per_step, **model_kwargs)
 
 

@@ -69,6 +69,10 @@ class Meta:
     norm_std: list[float] = field(default_factory=list)
     classes: list[str] = field(default_factory=list)
     static_channels: list[str] = field(default_factory=list)  # the last channels of x
+    # Token datasets (IMDB): x holds token ids (0 .. vocab_size - 1) in its one channel, and
+    # every family reads them through a learned embedding of this size (models/embedding.py).
+    vocab_size: int = 0
+    embedding_size: int = 0
 
     @property
     def mode(self) -> str:

@@ -26,6 +26,7 @@ KINDS = {
     "physionet2012": "physionet2012",
     "person_activity": "person_activity",
     "walker2d": "walker2d",
+    "imdb": "imdb",
 }
 
 
