@@ -50,3 +50,9 @@ BENCH_ARGS ?=
 .PHONY: bench
 bench: install
 	$(BIN)/python -m benchmarks.zoo $(BENCH_ARGS)
+
+# `make bench-datasets`: seconds and peak memory of every source dataset's prepare on synthetic
+# raw files of the real size (benchmarks/datasets.py; about 9 minutes the first time, 5 GB in /tmp).
+.PHONY: bench-datasets
+bench-datasets: install
+	$(BIN)/python benchmarks/datasets.py $(BENCH_ARGS)

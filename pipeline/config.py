@@ -129,11 +129,14 @@ class ImdbParams(_Strict):
     """IMDB movie-review sentiment (Maas et al. 2011; CfC paper), Keras' tokenised copy."""
 
     kind: Literal["imdb"]
-    vocab_size: int = Field(20000, ge=4, description="most frequent words kept; the rest become OOV")
-    max_length: int = Field(200, ge=1, description="the last max_length tokens of a review are kept")
-    embedding_size: int = Field(64, ge=1, description="learned embedding in front of every family")
+    vocab_size: int = Field(
+        20000, ge=4, description="Keras num_words: ids >= this become OOV (2); CfC train_imdb.py's 20000")
+    max_length: int = Field(
+        200, ge=1, description="the last max_length tokens of a review are kept (CfC maxlen 200, pad_sequences)")
+    embedding_size: int = Field(
+        64, ge=1, description="learned embedding in front of every family (CfC tunes embed_dim per model: 32-192)")
     val_fraction: float = Field(0.1, gt=0, lt=1, description="of the 25,000 training reviews")
-    seed: int = 113
+    seed: int = Field(113, description="Keras load_data's shuffle seed (113, its default), and the validation carve")
 
 
 DatasetParams = Annotated[

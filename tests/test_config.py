@@ -51,8 +51,8 @@ def test_unknown_family_lists_valid_ones(tmp_path) -> None:
 
 def test_dataset_without_prepare_section(tmp_path) -> None:
     raw = default_params()
-    raw["datasets"].append("imdb")
-    with pytest.raises(ConfigError, match="imdb"):
+    raw["datasets"].append("mnist")
+    with pytest.raises(ConfigError, match="mnist"):
         load_params(write_params(tmp_path, raw))
 
 
@@ -78,7 +78,7 @@ def test_malformed_yaml_names_file(tmp_path) -> None:
 
 def test_every_dataset_kind_in_params_loads() -> None:
     kinds = {p.kind for p in load_params(REPO / "params.yaml").prepare.values()}
-    assert kinds == {"xor", "uea", "speech_commands", "sepsis", "physionet2012", "person_activity", "walker2d"}
+    assert kinds == {"xor", "uea", "speech_commands", "sepsis", "physionet2012", "person_activity", "walker2d", "imdb"}
 
 
 def test_precompute_names_the_family_and_the_arguments(tmp_path) -> None:
