@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 from pipeline.cli import app
 from pipeline.data.contract import load_dataset
 from pipeline.train import Trainer, TrainSettings
+from pipeline.data import imdb
+from tests import test_data_imdb as imdb_fixture
 from tests import test_data_person_activity as person
 from tests import test_data_sepsis as sepsis
 from tests import test_data_walker2d as walker
@@ -68,6 +70,14 @@ def test_sepsis_with_static_channels_scores_auroc(project: Path, http_server) ->
     meta = load_dataset(project / "data" / "processed" / "sepsis_intensity").meta
     assert meta.metric == "auroc" and meta.channels[-len(meta.static_channels):] == meta.static_channels
     assert 0.0 <= _one_epoch(project, "sepsis_intensity", "cfc", SMALL_CFC) <= 1.0
+
+
+def test_imdb_tokens_train_a_raw_family_through_the_embedding(project: Path, http_server, monkeypatch) -> None:
+    monkeypatch.setattr(imdb, "PUBLISHED_SHA256", imdb_fixture.write_npz(http_server.root, imdb_fixture.fixture_arrays()))
+    _cli("prepare", "imdb", "--source", http_server.url, "--root", str(project))
+    meta = load_dataset(project / "data" / "processed" / "imdb").meta
+    assert meta.vocab_size == 20000 and meta.embedding_size == 64
+    assert 0.0 <= _one_epoch(project, "imdb", "lstm_dt", {"hidden_size": 8}) <= 1.0
 
 
 def test_cli_errors_are_one_line(project: Path, http_server) -> None:
