@@ -59,7 +59,7 @@ def fetch(dataset: str = DATASET, source: Optional[str] = SOURCE, root: Path = R
     from pipeline.data.prepare import fetch as run
 
     base, params = _params(root)
-    paths = run(dataset, dataset_params(params, dataset), raw_dir(base, dataset), raw_lock_path(base), source)
+    paths = run(dataset_params(params, dataset), raw_dir(base, dataset), raw_lock_path(base), source)
     typer.echo(f"fetched {dataset}: {len(paths)} raw file(s) verified in {raw_dir(base, dataset)}")
 
 

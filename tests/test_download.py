@@ -114,6 +114,9 @@ def test_published_checksum_list_is_checked(http_server, tmp_path: Path, capsys)
     listing = http_server.root / "SHA256SUMS.txt"
     listing.write_text(f"{'1' * 64}  other.txt\n{hashlib.sha256(data).hexdigest()}  h.zip\n")
     assert fetch([f], tmp_path / "raw1", tmp_path / "lock1", source=http_server.url)["h.zip"].read_bytes() == data
+    n = len(http_server.requests)
+    fetch([f], tmp_path / "raw1", tmp_path / "lock1", source=http_server.url)
+    assert len(http_server.requests) == n  # a recorded, matching file needs no network, not even the list
     listing.write_text(f"{'a' * 64}  sub/h.zip\n")  # the source says otherwise: refused
     with pytest.raises(DownloadError, match=r"h\.zip.*expected aaaa"):
         fetch([f], tmp_path / "raw2", tmp_path / "lock2", source=http_server.url, retries=1)

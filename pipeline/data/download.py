@@ -142,9 +142,10 @@ def expected_sha256(file: RawFile, lock_path: Path, source: str | None = None) -
     """The pinned or published checksum, else the recorded one, else None (first use)."""
     if file.sha256:
         return file.sha256
-    published = published_sha256(file, source)
-    if published:
-        return published
+    return published_sha256(file, source) or _recorded_sha256(file, lock_path)
+
+
+def _recorded_sha256(file: RawFile, lock_path: Path) -> str | None:
     with _locked(lock_path) as entries:
         return entries.get(file.url, {}).get("sha256")
 
@@ -228,9 +229,11 @@ def _verify(part: Path, file: RawFile, expected: str | None) -> str:
 def _fetch_one(file: RawFile, raw_dir: Path, lock_path: Path, source: str | None,
                retries: int, timeout: float) -> Path:
     dest = raw_dir / file.filename
+    digest = sha256_of(dest) if dest.exists() else None
+    if digest is not None and digest == (file.sha256 or _recorded_sha256(file, lock_path)):
+        return dest  # verified when it was recorded: no network needed to use it again
     expected = expected_sha256(file, lock_path, source)
-    if dest.exists():
-        digest = sha256_of(dest)
+    if digest is not None:
         if expected is None or digest == expected:
             if expected is None:
                 check_integrity(dest, file.filename)

@@ -36,8 +36,8 @@ def kind_module(kind: str) -> ModuleType:
     return importlib.import_module(f"pipeline.data.{KINDS[kind]}")
 
 
-def fetch(name: str, p: Any, raw_dir: Path, lock_path: Path, source: str | None = None) -> list[Path]:
-    """Download (or verify) every raw file of dataset `name` into raw_dir; return their paths.
+def fetch(p: Any, raw_dir: Path, lock_path: Path, source: str | None = None) -> list[Path]:
+    """Download (or verify) every raw file of a dataset (its params `p`) into raw_dir.
 
     raw_dir always exists afterwards (empty for generated or bundled data), so DVC can track it.
     """
@@ -52,7 +52,7 @@ def prepare(name: str, p: Any, out_dir: Path, raw_dir: Path, lock_path: Path, so
     into out_dir/inputs/ in the same atomic write.
     """
     module = kind_module(p.kind)
-    fetch(name, p, raw_dir, lock_path, source)
+    fetch(p, raw_dir, lock_path, source)
     dataset = module.build(name, p, raw_dir)
     specs = getattr(p, "precompute", [])
 
