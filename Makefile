@@ -41,6 +41,20 @@ test-fast: install
 mlflow-ui: install
 	mlflow ui --backend-store-uri sqlite:///$(abspath mlflow.db) --host 127.0.0.1 --port 5000
 
+# `make mlflow-server`: the tracking server trials on every node log to (MLFLOW_TRACKING_URI=
+# http://<host>:<port>). It serves ./mlflow.db and proxies artifacts into ./mlartifacts, so
+# clients need no shared disk. Bound to 127.0.0.1 unless MLFLOW_HOST says otherwise; see the
+# README before binding it wider (MLFLOW_SERVER_OPTS="--allowed-hosts head:5000" and so on).
+MLFLOW_HOST ?= 127.0.0.1
+MLFLOW_PORT ?= 5000
+MLFLOW_WORKERS ?= 4
+MLFLOW_SERVER_OPTS ?=
+.PHONY: mlflow-server
+mlflow-server: install
+	mlflow server --backend-store-uri sqlite:///$(abspath mlflow.db) \
+	  --artifacts-destination $(abspath mlartifacts) \
+	  --host $(MLFLOW_HOST) --port $(MLFLOW_PORT) --workers $(MLFLOW_WORKERS) $(MLFLOW_SERVER_OPTS)
+
 clean-results:
 	rm -rf results reports/curves reports/lr reports/plots reports/metrics.json reports/results.md reports/promotion.json ray_results
 
@@ -56,3 +70,10 @@ bench: install
 .PHONY: bench-datasets
 bench-datasets: install
 	$(BIN)/python benchmarks/datasets.py $(BENCH_ARGS)
+
+# `make bench-cluster`: the pipeline's overhead (ctsweep against a plain loop of the same trials,
+# 2 at a time) and trials per hour with 1 and 2 workers (benchmarks/cluster.py; about 13 minutes on
+# 2 cores, BENCH_ARGS=--full for params.yaml's whole workload, about 35).
+.PHONY: bench-cluster
+bench-cluster: install
+	$(BIN)/python -m benchmarks.cluster $(BENCH_ARGS)

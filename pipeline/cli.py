@@ -77,16 +77,25 @@ def prepare(dataset: str = DATASET, source: Optional[str] = SOURCE, root: Path =
 
 @app.command()
 @_stage
-def search(dataset: str, family: str, root: Path = ROOT) -> None:
-    """Ray Tune + Optuna search of FAMILY on DATASET -> results/DATASET/search/FAMILY.json."""
+def search(
+    dataset: str, family: str, root: Path = ROOT,
+    fresh: bool = typer.Option(False, "--fresh", help="Start a new search even if an interrupted one with "
+                                                        "the same params, space and data could be resumed."),
+) -> None:
+    """Ray Tune + Optuna search of FAMILY on DATASET -> results/DATASET/search/FAMILY.json.
+
+    With RAY_ADDRESS set (or under `ray job submit`) the trials run on that cluster. An
+    interrupted search (driver killed, Ctrl-C) is resumed by running the same command again.
+    """
     from pipeline.search import search as run
 
     base, params = _params(root)
     _check(dataset, params.datasets, "datasets")
     _check(family, params.families, "families")
-    record = run(base, dataset, family, params.search)
+    record = run(base, dataset, family, params.search, fresh=fresh)
+    resumed = " (resumed)" if record.get("resumed") else ""
     typer.echo(f"{dataset}/{family}: best val {record['metric']} {record['best_val']:.4f} "
-               f"({record['n_trials']} trials, {record['n_failed']} failed)")
+               f"({record['n_trials']} trials, {record['n_failed']} failed){resumed}")
 
 
 @app.command()

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import ray
 
+from pipeline.config import Resources
+from pipeline.errors import ConfigError, ResourceError
+
 TOKEN_PATH = Path.home() / ".ray" / "auth_token"
 
 
@@ -21,6 +24,12 @@ def _use_token_when_available() -> None:
                  or TOKEN_PATH.exists())
     if has_token and "RAY_AUTH_MODE" not in os.environ:
         os.environ["RAY_AUTH_MODE"] = "token"
+        # Ray reads the mode into its C++ config when it is imported, long before this runs;
+        # the environment alone is not seen (ray.init refreshes the config only for a local
+        # cluster it finds itself, never for an explicit address), so refresh it as Ray does.
+        from ray._raylet import Config
+
+        Config.initialize("")
 
 
 @contextlib.contextmanager
@@ -38,9 +47,78 @@ def ray_session() -> Iterator[None]:
     if address:
         _use_token_when_available()
     # The dashboard costs seconds and memory per start on a laptop; a cluster has its own.
-    ray.init(address=address, include_dashboard=False if not address else None,
+    # Without RAY_ADDRESS always a fresh local instance: address=None would join whatever cluster
+    # /tmp/ray/ray_current_cluster names, a stale one of a killed head included (RAY_ADDRESS=auto asks for that).
+    ray.init(address=address or "local", include_dashboard=False if not address else None,
              log_to_driver=bool(os.environ.get("CTSWEEP_RAY_LOGS")), configure_logging=False)
     try:
         yield
     finally:
         ray.shutdown()
+
+
+def alive_nodes() -> list[dict[str, float]]:
+    """The resources ({"CPU": 16.0, "GPU": 4.0, ...}) of every alive node of the connected cluster."""
+    return [dict(node["Resources"]) for node in ray.nodes() if node["Alive"]]
+
+
+def _fits(node: dict[str, float], bundle: dict[str, float]) -> int:
+    """How many copies of `bundle` one node holds (1e-9: 4 x 0.25 GPU must fit one GPU)."""
+    counts = [int(node.get(k, 0.0) / v + 1e-9) for k, v in bundle.items() if v > 0]
+    return min(counts) if counts else 1 << 30
+
+
+def check_fits(resources: Resources, key: str, autoscaling: bool = False) -> None:
+    """Refuse at once a request no node can satisfy, instead of a trial PENDING forever.
+
+    `resources.workers` copies of {cpu, gpu} must fit on the cluster's nodes (one process each,
+    placed by Ray). With `autoscaling` the cluster may add nodes later: nothing is refused.
+    """
+    if autoscaling:
+        return
+    nodes = alive_nodes()
+    bundle = {"CPU": resources.cpu, "GPU": resources.gpu}
+    room = sum(_fits(node, bundle) for node in nodes)
+    if room >= resources.workers:
+        return
+    largest = max(nodes, key=lambda n: (n.get("GPU", 0.0), n.get("CPU", 0.0)), default={})
+    asked = f"cpu={resources.cpu:g}, gpu={resources.gpu:g}" + (
+        f" for each of {resources.workers} workers" if resources.workers > 1 else "")
+    raise ResourceError(
+        f"params.yaml: `{key}` asks for {asked}, which this Ray cluster cannot provide "
+        f"({len(nodes)} node(s); the largest has CPU={largest.get('CPU', 0):g}, GPU={largest.get('GPU', 0):g}). "
+        f"Lower the request, add nodes, or set `search.autoscaling: true` if the cluster adds nodes on demand.")
+
+
+def is_uri(location: str) -> bool:
+    """s3://..., gs://..., file://...: a storage URI rather than a path."""
+    return "://" in location
+
+
+def check_shared_storage(tracking_uri: str, storage_path: str | None = None, key: str = "") -> None:
+    """On a multi-node cluster, refuse stores only the head node's disk holds.
+
+    Worker nodes cannot write a local SQLite file or read checkpoints in a folder of the
+    head's disk; a relative `storage_path` is such a folder (an absolute one is trusted to be
+    on a shared filesystem, as a URI is to be an object store).
+    """
+    from pipeline.tracking import is_local_store, is_loopback_server
+
+    n = len(alive_nodes())
+    if n <= 1:
+        return
+    if is_local_store(tracking_uri):
+        raise ConfigError(
+            f"this Ray cluster has {n} nodes but the MLflow tracking store is local ({tracking_uri}): "
+            "trials on other nodes cannot write it. Start an MLflow tracking server (`make mlflow-server`, "
+            "README: Run on a Ray cluster) and set MLFLOW_TRACKING_URI=http://<host>:<port>.")
+    hosts = {node["NodeManagerAddress"] for node in ray.nodes() if node["Alive"]}
+    if is_loopback_server(tracking_uri) and len(hosts) > 1:  # nodes on one host share its loopback
+        raise ConfigError(
+            f"this Ray cluster spans {len(hosts)} hosts but MLFLOW_TRACKING_URI={tracking_uri} is this machine's loopback: "
+            "other nodes cannot reach it. Serve MLflow on the head's private address "
+            "(`make mlflow-server MLFLOW_HOST=<head-ip>`) and set MLFLOW_TRACKING_URI=http://<head-ip>:5000.")
+    if storage_path is not None and not is_uri(storage_path) and not Path(storage_path).is_absolute():
+        raise ConfigError(
+            f"params.yaml: `{key}` is {storage_path!r}, a folder on this machine, but this Ray cluster has {n} "
+            "nodes: give an absolute path on a filesystem every node mounts, or a URI such as s3://bucket/ctsweep.")

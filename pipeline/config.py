@@ -8,10 +8,10 @@ and wrong types are errors that name the file, the key and what is allowed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline.errors import ConfigError
 
@@ -147,8 +147,40 @@ DatasetParams = Annotated[
 
 
 class Resources(_Strict):
-    cpu: float = Field(1, gt=0)
-    gpu: float = Field(0, ge=0, description="fractional GPUs pack several trials on one GPU")
+    """What one trial (search) or one seed (final) asks Ray for."""
+
+    cpu: float = Field(1, gt=0, description="CPUs per process (torch threads: their integer part)")
+    gpu: float = Field(0, ge=0, description="GPUs per process; fractional values pack several trials on one GPU")
+    workers: int = Field(1, ge=1, description="above 1: data-parallel training over this many Ray Train "
+                                              "workers, each with `cpu` and `gpu` (search trials only)")
+
+    @model_validator(mode="after")
+    def _whole_gpus_above_one(self) -> "Resources":
+        if self.gpu > 1 and self.gpu != int(self.gpu):  # Ray refuses fractions above one GPU
+            raise ValueError(f"gpu must be at most 1 or a whole number, got {self.gpu}")
+        return self
+
+
+class ResourceOverride(_Strict):
+    """Per-family changes to the stage's `resources`: only the keys given replace the defaults."""
+
+    cpu: float | None = Field(None, gt=0)
+    gpu: float | None = Field(None, ge=0)
+    workers: int | None = Field(None, ge=1)
+
+
+def _resources_for(base: Resources, overrides: dict[str, ResourceOverride], family: str) -> Resources:
+    change = overrides[family].model_dump(exclude_none=True) if family in overrides else {}
+    return Resources.model_validate({**base.model_dump(), **change})
+
+
+def _known_families(overrides: dict[str, ResourceOverride]) -> dict[str, ResourceOverride]:
+    from pipeline.models import MODELS  # late: keeps `import pipeline.config` light
+
+    unknown = sorted(set(overrides) - set(MODELS))
+    if unknown:
+        raise ValueError(f"unknown families {unknown}; valid: {sorted(MODELS)}")
+    return overrides
 
 
 class AshaParams(_Strict):
@@ -167,19 +199,43 @@ class SearchParams(_Strict):
         None, gt=0, description="wall-clock limit per trial; checked between batches")
     asha: AshaParams = AshaParams()
     resources: Resources = Resources()
-    storage_path: str = Field("ray_results", description="Ray Tune storage; relative to the root")
+    family_resources: dict[str, ResourceOverride] = Field(
+        default_factory=dict, description="per-family changes to `resources`, e.g. {cdr_nde_heat: {cpu: 2}}")
+    max_failures: int = Field(
+        2, ge=0, description="retries of a trial whose process or node died, from its last checkpoint "
+                             "(a NaN loss or a solver failure is final and never retried)")
+    autoscaling: bool = Field(
+        False, description="the cluster adds nodes on demand: do not refuse a request no current node fits")
+    storage_path: str = Field(
+        "ray_results", description="Ray Tune storage: relative to the root, an absolute path (on a shared "
+                                   "filesystem for a multi-node cluster) or a URI such as s3://bucket/ctsweep")
+
+    _family_names = field_validator("family_resources")(_known_families)
+
+    def resources_for(self, family: str) -> Resources:
+        """`resources` with the family's overrides applied."""
+        return _resources_for(self.resources, self.family_resources, family)
 
 
 class FinalParams(_Strict):
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1)
     epochs: int = Field(10, ge=1)
     resources: Resources = Resources()
+    family_resources: dict[str, ResourceOverride] = Field(default_factory=dict)
+
+    _family_names = field_validator("family_resources")(_known_families)
 
     @model_validator(mode="after")
     def _distinct(self) -> "FinalParams":
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct, got {self.seeds}")
+        if self.resources.workers > 1 or any(o.workers not in (None, 1) for o in self.family_resources.values()):
+            raise ValueError("final seeds train in one process each: `workers` must be 1 here "
+                             "(the seeds themselves run in parallel)")
         return self
+
+    def resources_for(self, family: str) -> Resources:
+        return _resources_for(self.resources, self.family_resources, family)
 
 
 class PromoteParams(_Strict):
@@ -225,7 +281,9 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
             model = _KINDS[part]
         elif isinstance(model, type) and issubclass(model, BaseModel) and part in model.model_fields:
             model = model.model_fields[part].annotation
-        # else: a free dict key such as a dataset name; the next tag tells the model
+        elif get_origin(model) is dict:  # a free key such as a family name: its value's model
+            model = get_args(model)[1]
+        # else: a dataset name under `prepare`; the next tag tells the model
     return sorted(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
 
 

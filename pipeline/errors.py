@@ -25,3 +25,11 @@ class DataError(CtsweepError):
 
 class DownloadError(DataError):
     """A download failed after its retries, or its checksum does not match the recorded one."""
+
+
+class ResourceError(CtsweepError):
+    """A resource request (CPUs, GPUs, workers) that no node of the Ray cluster can satisfy."""
+
+
+class OutputError(CtsweepError):
+    """An output cannot be written (disk full, read-only or missing permissions); names the path."""

@@ -16,15 +16,16 @@ import ray
 import torch
 
 from pipeline import tracking
-from pipeline.cluster import ray_session
-from pipeline.config import FinalParams
-from pipeline.data.contract import load_dataset
+from pipeline.cluster import check_fits, check_shared_storage, ray_session
+from pipeline.config import FinalParams, Resources
+from pipeline.data.contract import Dataset, load_dataset
 from pipeline.errors import ConfigError
-from pipeline.io import read_json, write_json
+from pipeline.io import check_writable, read_json, write_json
 from pipeline.paths import final_result_path, processed_dir, require, search_result_path
 from pipeline.serving import log_model_from_state
 from pipeline.spaces import split_config
 from pipeline.train import Trainer, TrainSettings, device_for, is_better
+from pipeline.trial import local_dataset
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,9 @@ class SeedJob:
     parent_run_id: str
 
 
-def train_seed(job: SeedJob) -> dict[str, Any]:
-    """Train one seed; returns its metrics, learning curve and best-validation weights."""
+def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
+    """Train one seed of `data` (shipped through Ray's object store, so a worker node needs no
+    copy of the project); returns its metrics, learning curve and best-validation weights."""
     torch.set_num_threads(max(1, int(job.cpus)))
     client = tracking.MlflowClient(job.tracking_uri)
     run_id = tracking.start_run(client, job.experiment_id, f"final/{job.family}/seed-{job.seed}",
@@ -52,7 +54,7 @@ def train_seed(job: SeedJob) -> dict[str, Any]:
     tracking.log_params(client, run_id, {**job.config, "seed": job.seed, "epochs": job.epochs})
     try:
         train_cfg, model_cfg = split_config(job.config)
-        dataset = load_dataset(Path(job.dataset_dir))
+        dataset = local_dataset(data)
         trainer = Trainer(job.family, model_cfg, TrainSettings(**train_cfg), dataset, job.seed, device_for(job.gpus))
         curve, best_val, best_state, seconds = [], None, None, []
         while trainer.epoch < job.epochs:
@@ -77,9 +79,10 @@ def train_seed(job: SeedJob) -> dict[str, Any]:
             "meta": dataset.meta}
 
 
-def _spread(jobs: list[SeedJob], p: FinalParams) -> list[dict[str, Any]]:
-    remote = ray.remote(train_seed).options(num_cpus=p.resources.cpu, num_gpus=p.resources.gpu)
-    return ray.get([remote.remote(job) for job in jobs])
+def _spread(jobs: list[SeedJob], data: Dataset, res: Resources) -> list[dict[str, Any]]:
+    remote = ray.remote(train_seed).options(num_cpus=res.cpu, num_gpus=res.gpu)
+    data_ref = ray.put(data)  # once, not once per seed
+    return ray.get([remote.remote(job, data_ref) for job in jobs])
 
 
 def _summary(values: list[float]) -> tuple[float, float]:
@@ -94,15 +97,19 @@ def final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, An
     if searched["trial_seed"] in p.seeds:
         raise ConfigError(f"params.yaml: key `final.seeds`: {p.seeds} includes the search seed "
                           f"{searched['trial_seed']}; final seeds must be fresh")
+    check_writable(final_result_path(root, dataset, family).parent)
     client, exp_id = tracking.experiment_id(root, dataset)
     parent = tracking.start_run(client, exp_id, f"final/{family}", {"dataset": dataset, "family": family,
                                                                      "stage": "final"})
     tracking.log_params(client, parent, {**searched["best_config"], "seeds": p.seeds, "epochs": p.epochs})
-    jobs = [SeedJob(dataset, family, str(data_dir), searched["best_config"], s, p.epochs, p.resources.cpu,
-                    p.resources.gpu, tracking.tracking_uri(root), exp_id, parent) for s in p.seeds]
+    res = p.resources_for(family)
+    jobs = [SeedJob(dataset, family, str(data_dir), searched["best_config"], s, p.epochs, res.cpu,
+                    res.gpu, tracking.tracking_uri(root), exp_id, parent) for s in p.seeds]
     try:
         with ray_session():
-            runs = _spread(jobs, p)
+            check_shared_storage(tracking.tracking_uri(root))
+            check_fits(res, f"final.family_resources.{family}" if family in p.family_resources else "final.resources")
+            runs = _spread(jobs, load_dataset(data_dir), res)
         record = _record(dataset, family, searched, runs, p)
         best = max(runs, key=lambda r: r["val"]) if searched["mode"] == "max" else min(runs, key=lambda r: r["val"])
         record["model_uri"] = log_model_from_state(best["mlflow_run_id"], tracking.tracking_uri(root), family,

@@ -1,24 +1,49 @@
-"""Small file helpers: outputs are written whole or not at all."""
+"""Small file helpers: outputs are written whole or not at all, and a failed write says why."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import OutputError
+
+_REASONS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EROFS: "read-only filesystem",
+}
+
+
+def _output_error(path: Path, exc: OSError, action: str) -> OutputError:
+    reason = _REASONS.get(exc.errno or 0, exc.strerror or str(exc))
+    return OutputError(f"cannot {action} {path}: {reason}; nothing was written there")
+
 
 def write_text(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder and rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    """Write via a temporary file in the same folder and rename, so readers never see half a
+    file; on failure (disk full, no permission) the old file, if any, is left as it was."""
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
         with os.fdopen(fd, "w") as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # a full disk shows here, not after the rename
         os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise _output_error(path, exc, "write") from exc
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
 
 
@@ -28,3 +53,21 @@ def write_json(path: Path, data: Any) -> None:
 
 def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
+
+
+def check_writable(folder: Path, need_bytes: int = 1 << 20) -> None:
+    """Before a long stage starts: create `folder` and write (and remove) a probe file of
+    `need_bytes` there, so a read-only path or a full disk fails now, not hours later."""
+    probe = None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".ctsweep-probe-", dir=folder)
+        with os.fdopen(fd, "wb") as f:
+            f.write(b"\0" * need_bytes)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise _output_error(folder, exc, "write to") from exc
+    finally:
+        if probe is not None:
+            Path(probe).unlink(missing_ok=True)

@@ -1,103 +1,182 @@
-"""The `search` stage: one Ray Tune run per (dataset, family).
+"""The `search` stage: one Ray Tune run per (dataset, family), locally or on a Ray cluster.
 
-Optuna's seeded TPE sampler proposes configurations through OptunaSearch (the paper's reference
-configuration first), ASHA stops weak trials early, every trial reports the validation metric
-and a checkpoint per epoch, and logs to an MLflow child run of the search's parent run.
+Optuna's seeded TPE sampler proposes configurations (the paper's reference first), ASHA stops
+weak trials early (told to Optuna as pruned, pipeline.scheduling), every trial reports the
+validation metric and a checkpoint per epoch and logs to an MLflow child run of the search's
+parent run (pipeline.trial).
+
+Faults: a trial whose process or node dies is retried from its last checkpoint
+(`search.max_failures`); a driver killed mid-search leaves its parent run unfinished, and
+running the stage again finds it by the fingerprint of what was searched and resumes the same
+Ray experiment with `Tuner.restore` (finished trials are kept, not rerun).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import optuna
-import torch
 from ray import tune
-from ray.tune.schedulers import ASHAScheduler
 from ray.tune.search import ConcurrencyLimiter
-from ray.tune.search.optuna import OptunaSearch
 
-from pipeline import tracking
-from pipeline.cluster import ray_session
-from pipeline.config import SearchParams
+from pipeline import run_lookup, tracking
+from pipeline.cluster import check_fits, check_shared_storage, is_uri, ray_session
+from pipeline.config import Resources, SearchParams
 from pipeline.data.contract import load_dataset, load_meta
+from pipeline.data.inputs import fingerprint as data_fingerprint
+from pipeline.errors import TrialFailedError
+from pipeline.io import check_writable, write_json
 from pipeline.models import get_model_class
 from pipeline.models.embedding import check_token_family
-from pipeline.errors import TrialFailedError
 from pipeline.paths import processed_dir, require, search_result_path
-from pipeline.spaces import SearchSpace, load_space, space_path, split_config
-from pipeline.train import TimeLimitReached, Trainer, TrainSettings, device_for, is_better
-from pipeline.io import write_json
+from pipeline.scheduling import HistorySource, ResumableASHA, make_searcher
+from pipeline.spaces import SearchSpace, load_space, space_path
+from pipeline.train import is_better
+from pipeline.trial import TrialContext, run_trial
+
+__all__ = ["METRIC", "TrialContext", "run_trial", "search", "optuna_states"]
 
 METRIC = "val_metric"
+COMPLETE_TAG = "search_complete"  # set once the search's outcome is final: never resumed after
 
 
-@dataclass(frozen=True)
-class TrialContext:
-    """Everything a trial process needs besides its sampled config; all paths absolute."""
-
-    dataset: str
-    family: str
-    dataset_dir: str
-    epochs: int
-    seed: int
-    cpus: float
-    tracking_uri: str
-    experiment_id: str
-    parent_run_id: str
-    time_limit_s: float | None = None
-    gpus: float = 0.0
+def storage_location(root: Path, storage_path: str) -> str:
+    """Ray Tune's storage: a URI as given, else an absolute path (relative ones from the root)."""
+    return storage_path if is_uri(storage_path) else str((root / storage_path).resolve())
 
 
-def _restore(trainer: Trainer) -> None:
-    """Resume from the trial's last checkpoint when Ray retries it."""
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder:
-            trainer.load_state(torch.load(Path(folder) / "state.pt", weights_only=False))
+def search_fingerprint(dataset: str, family: str, p: SearchParams, space_file: Path, data_dir: Path) -> str:
+    """What a search's results depend on: a rerun with the same fingerprint may resume it."""
+    blob = json.dumps({"dataset": dataset, "family": family, "params": p.model_dump(),
+                       "space": space_file.read_text(), "data": data_fingerprint(data_dir)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _report(trainer: Trainer, metrics: dict[str, float], run_id: str) -> None:
-    with tempfile.TemporaryDirectory() as folder:
-        torch.save(trainer.state(), Path(folder) / "state.pt")
-        tune.report({**metrics, "mlflow_run_id": run_id}, checkpoint=tune.Checkpoint.from_directory(folder))
+def _trainable(ctx: TrialContext, data: Any, res: Resources) -> Any:
+    # A data-parallel trial only drives its Ray Train workers, which ask for their own resources.
+    own = {"cpu": 0, "gpu": 0} if res.workers > 1 else {"cpu": res.cpu, "gpu": res.gpu}
+    return tune.with_resources(tune.with_parameters(run_trial, ctx=ctx, data=data), own)
 
 
-def run_trial(config: dict[str, Any], ctx: TrialContext) -> None:
-    """The Ray Tune trainable: train, report and log each epoch until max epochs or ASHA stops it."""
-    torch.set_num_threads(max(1, int(ctx.cpus)))  # concurrent trials must not fight over cores
-    client = tracking.MlflowClient(ctx.tracking_uri)
-    trial_id = tune.get_context().get_trial_id()
-    run_id = tracking.start_run(
-        client, ctx.experiment_id, f"search/{ctx.family}/{trial_id}",
-        {"dataset": ctx.dataset, "family": ctx.family, "stage": "search", "seed": ctx.seed,
-         "ray_trial_id": trial_id}, parent_run_id=ctx.parent_run_id)
-    tracking.log_params(client, run_id, config)
-    try:
-        train_cfg, model_cfg = split_config(config)
-        trainer = Trainer(ctx.family, model_cfg, TrainSettings(**train_cfg), load_dataset(Path(ctx.dataset_dir)),
-                          ctx.seed, device_for(ctx.gpus))
-        _restore(trainer)
-        tracking.log_params(client, run_id, {"num_params": trainer.model.num_parameters()})
-        deadline = time.monotonic() + ctx.time_limit_s if ctx.time_limit_s else None
-        while trainer.epoch < ctx.epochs:
-            metrics = trainer.run_epoch(deadline)
-            tracking.log_metrics(client, run_id, metrics, step=trainer.epoch)
-            _report(trainer, metrics, run_id)  # Tune may end this process here; the driver closes the run
-    except TimeLimitReached as exc:
-        if trainer.epoch == 0:  # nothing to judge the configuration by: a failed trial
-            tracking.finish(client, run_id, TrialFailedError(f"first epoch exceeded trial_time_limit_s: {exc}"))
-            raise TrialFailedError(f"first epoch exceeded trial_time_limit_s={ctx.time_limit_s}") from exc
-        # Otherwise the trial ends here with what it reported, like an early stop.
-        tracking.set_tags(client, run_id, {"time_limited": "true", "early_stopped": "true"})
-        client.set_terminated(run_id, "KILLED")
-    except Exception as exc:
-        tracking.finish(client, run_id, exc)
-        raise
+def _new_tuner(space: SearchSpace, ctx: TrialContext, data: Any, p: SearchParams, res: Resources, mode: str,
+               storage: str, name: str) -> tune.Tuner:
+    searcher = make_searcher(space.define_by_run(), space.reference, METRIC, mode, p.sampler_seed,
+                             p.n_startup_trials, p.epochs)
+    scheduler = ResumableASHA(HistorySource(ctx.tracking_uri, ctx.experiment_id, ctx.parent_run_id, METRIC),
+                              max_t=p.epochs, grace_period=min(p.asha.grace_period, p.epochs),
+                              reduction_factor=p.asha.reduction_factor)
+    return tune.Tuner(
+        _trainable(ctx, data, res),
+        tune_config=tune.TuneConfig(metric=METRIC, mode=mode, num_samples=p.num_samples, scheduler=scheduler,
+                                    search_alg=ConcurrencyLimiter(searcher, max_concurrent=p.max_concurrent)),
+        run_config=tune.RunConfig(
+            name=name, storage_path=storage, verbose=0,
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            failure_config=tune.FailureConfig(max_failures=p.max_failures)),
+    )
+
+
+def _open_parent(client: tracking.MlflowClient, exp_id: str, dataset: str, family: str, fp: str, storage: str,
+                 fresh: bool) -> tuple[str, str, bool]:
+    """(parent run id, Ray experiment path, resumed): the unfinished search with this
+    fingerprint when its Ray experiment can be restored, else a new parent run."""
+    tags = {"dataset": dataset, "family": family, "stage": "search", "search_fingerprint": fp}
+    previous = None if fresh else run_lookup.find_unfinished_parent(client, exp_id, tags, COMPLETE_TAG)
+    if previous is not None:
+        path = previous.data.tags.get("ray_experiment_path", "")
+        if path and tune.Tuner.can_restore(path):
+            attempts = int(previous.data.tags.get("attempts", "1")) + 1
+            client.update_run(previous.info.run_id, status="RUNNING")
+            tracking.set_tags(client, previous.info.run_id, {"attempts": attempts})
+            return previous.info.run_id, path, True
+    path = f"{storage.rstrip('/')}/{dataset}__{family}__{time.strftime('%Y%m%d-%H%M%S')}"
+    parent = tracking.start_run(client, exp_id, f"search/{family}", {**tags, "ray_experiment_path": path})
+    return parent, path, False
+
+
+def optuna_states(searcher: Any) -> dict[str, int]:
+    """How Optuna saw the trials: failed trials must be FAIL, never left RUNNING."""
+    states: dict[str, int] = {}
+    for trial in searcher._ot_study.get_trials(deepcopy=False):  # the study OptunaSearch told
+        states[trial.state.name] = states.get(trial.state.name, 0) + 1
+    return states
+
+
+def _searcher_of(tuner: tune.Tuner) -> Any:
+    """The OptunaSearch that ran: after Tuner.restore, the one unpickled inside the Tuner, into
+    which Ray restored the study (Ray keeps no public handle on it)."""
+    return tuner._local_tuner._tune_config.search_alg.searcher
+
+
+def search(root: Path, dataset: str, family: str, p: SearchParams, fresh: bool = False) -> dict[str, Any]:
+    """Run (or resume) the search for one (dataset, family); write results/<dataset>/search/<family>.json.
+
+    Bad input, unwritable outputs, a request no node can meet and local stores on a multi-node
+    cluster are refused before any trial starts. `fresh`: never resume an earlier attempt.
+    """
+    data_dir = require(processed_dir(root, dataset), f"ctsweep prepare {dataset}")
+    meta = load_meta(data_dir)
+    if meta.vocab_size:  # a token dataset: refuse families that cannot read an embedding, before Ray
+        check_token_family(family, get_model_class(family), dataset)
+    space = load_space(space_path(root, family), family)
+    res = p.resources_for(family)
+    out = search_result_path(root, dataset, family)
+    storage = storage_location(root, p.storage_path)
+    check_writable(out.parent)
+    if not is_uri(storage):
+        check_writable(Path(storage))
+    uri = tracking.tracking_uri(root)
+    tracking.ensure_store(uri)
+    fp = search_fingerprint(dataset, family, p, space_path(root, family), data_dir)
+    with ray_session():
+        check_shared_storage(uri, p.storage_path, "search.storage_path")
+        check_fits(res, f"search.family_resources.{family}" if family in p.family_resources else "search.resources",
+                   p.autoscaling)
+        client, exp_id = tracking.experiment_id(root, dataset)
+        parent, path, resumed = _open_parent(client, exp_id, dataset, family, fp, storage, fresh)
+        try:
+            record = _run(root, dataset, family, p, res, meta, space, data_dir, client, exp_id, parent, path, resumed)
+            write_json(out, record)
+        except TrialFailedError as exc:  # every trial failed: final, not resumable
+            tracking.set_tags(client, parent, {COMPLETE_TAG: "true"})
+            tracking.finish(client, parent, exc)
+            raise
+        except BaseException as exc:  # interrupted, or the record could not be written: resumable
+            tracking.finish(client, parent, exc)
+            raise
+    tracking.set_tags(client, parent, {COMPLETE_TAG: "true"})
+    tracking.finish(client, parent)
+    return record
+
+
+def _run(root: Path, dataset: str, family: str, p: SearchParams, res: Resources, meta: Any, space: SearchSpace,
+         data_dir: Path, client: tracking.MlflowClient, exp_id: str, parent: str, path: str,
+         resumed: bool) -> dict[str, Any]:
+    if not resumed:
+        tracking.log_params(client, parent, {"search." + k: v for k, v in p.model_dump().items()})
+    ctx = TrialContext(dataset, family, str(data_dir), p.epochs, p.trial_seed, res.cpu, tracking.tracking_uri(root),
+                       exp_id, parent, p.trial_time_limit_s, res.gpu, res.workers)
+    data = load_dataset(data_dir)  # shipped to every trial through the object store: nodes need no copy
+    if resumed:
+        tuner = tune.Tuner.restore(path, trainable=_trainable(ctx, data, res), resume_unfinished=True,
+                                   resume_errored=False, restart_errored=False)
+    else:
+        storage, name = path.rsplit("/", 1)
+        tuner = _new_tuner(space, ctx, data, p, res, meta.mode, storage, name)
+    grid = tuner.fit()
+    records = _trial_records(grid, meta.mode, p.trial_seed)
+    _close_runs(client, records, p.epochs)
+    states = optuna_states(_searcher_of(tuner))
+    tracking.set_tags(client, parent, {"optuna_states": json.dumps(states, sort_keys=True)})
+    record = _summarise(dataset, family, meta.metric, meta.mode, space, p, records, parent)
+    record.update(optuna_states=states, ray_experiment_path=path, resumed=resumed)
+    tracking.log_metrics(client, parent, {"best_val": record["best_val"], "n_trials": record["n_trials"],
+                                          "n_failed": record["n_failed"]})
+    tracking.log_params(client, parent, {"best." + k: v for k, v in record["best_config"].items()})
+    return record
 
 
 def _error_message(error: BaseException) -> str:
@@ -107,15 +186,17 @@ def _error_message(error: BaseException) -> str:
     return f"{type(cause).__name__}: {lines[-1] if lines else ''}"[:300]
 
 
-def _trial_records(grid: tune.ResultGrid, mode: str) -> list[dict[str, Any]]:
+def _trial_records(grid: tune.ResultGrid, mode: str, seed: int) -> list[dict[str, Any]]:
     records = []
     for result in grid:
         history = result.metrics_dataframe
-        values = [] if history is None or METRIC not in history else history[METRIC].dropna().tolist()
-        best = (max if mode == "max" else min)(values) if values else None
+        values = ({} if history is None or METRIC not in history
+                  else dict(zip(history["epoch"], history[METRIC])))  # by epoch: a retry may report one twice
+        scores = [v for v in values.values() if v == v]
+        best = (max if mode == "max" else min)(scores) if scores else None
         records.append({
             "trial_id": result.metrics.get("trial_id") if result.metrics else None,
-            "config": result.config, "best_val": best, "epochs": len(values),
+            "config": result.config, "seed": seed, "best_val": best, "epochs": len(scores),
             "status": "error" if result.error else "ok",
             "error": _error_message(result.error) if result.error else None,
             "mlflow_run_id": result.metrics.get("mlflow_run_id") if result.metrics else None,
@@ -137,75 +218,10 @@ def _close_runs(client: tracking.MlflowClient, records: list[dict[str, Any]], ep
         if r["status"] == "error":
             tracking.finish(client, run_id, RuntimeError(r["error"] or "trial process died"))
         elif r["epochs"] >= epochs:
-            client.set_terminated(run_id, "FINISHED")
+            tracking.terminate(client, run_id, "FINISHED")
         else:
             tracking.set_tags(client, run_id, {"early_stopped": "true"})
-            client.set_terminated(run_id, "KILLED")
-
-
-def _tuner(space: SearchSpace, ctx: TrialContext, p: SearchParams, mode: str,
-           storage: Path) -> tuple[OptunaSearch, tune.Tuner]:
-    sampler = optuna.samplers.TPESampler(seed=p.sampler_seed, n_startup_trials=p.n_startup_trials)
-    searcher = OptunaSearch(space.define_by_run(), metric=METRIC, mode=mode, sampler=sampler,
-                            points_to_evaluate=[space.reference] if space.reference else None)
-    scheduler = ASHAScheduler(max_t=p.epochs, grace_period=min(p.asha.grace_period, p.epochs),
-                              reduction_factor=p.asha.reduction_factor)
-    trainable = tune.with_resources(tune.with_parameters(run_trial, ctx=ctx),
-                                    {"cpu": p.resources.cpu, "gpu": p.resources.gpu})
-    return searcher, tune.Tuner(
-        trainable,
-        tune_config=tune.TuneConfig(metric=METRIC, mode=mode, num_samples=p.num_samples, scheduler=scheduler,
-                                    search_alg=ConcurrencyLimiter(searcher, max_concurrent=p.max_concurrent)),
-        run_config=tune.RunConfig(
-            name=f"{ctx.dataset}__{ctx.family}__{time.strftime('%Y%m%d-%H%M%S')}", storage_path=str(storage),
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=2), verbose=0,
-            failure_config=tune.FailureConfig(max_failures=0)),
-    )
-
-
-def optuna_states(searcher: OptunaSearch) -> dict[str, int]:
-    """How Optuna saw the trials: failed trials must be FAIL, never left RUNNING."""
-    states: dict[str, int] = {}
-    for trial in searcher._ot_study.get_trials(deepcopy=False):  # the study OptunaSearch told
-        states[trial.state.name] = states.get(trial.state.name, 0) + 1
-    return states
-
-
-def search(root: Path, dataset: str, family: str, p: SearchParams) -> dict[str, Any]:
-    """Run the search for one (dataset, family) and write results/<dataset>/search/<family>.json.
-
-    Validation of the space and the inputs happens before Ray starts. Returns the written record.
-    """
-    data_dir = require(processed_dir(root, dataset), f"ctsweep prepare {dataset}")
-    meta = load_meta(data_dir)
-    if meta.vocab_size:  # a token dataset: refuse families that cannot read an embedding, before Ray
-        check_token_family(family, get_model_class(family), dataset)
-    space = load_space(space_path(root, family), family)
-    client, exp_id = tracking.experiment_id(root, dataset)
-    parent = tracking.start_run(client, exp_id, f"search/{family}",
-                                {"dataset": dataset, "family": family, "stage": "search"})
-    tracking.log_params(client, parent, {"search." + k: v for k, v in p.model_dump().items()})
-    ctx = TrialContext(dataset, family, str(data_dir), p.epochs, p.trial_seed, p.resources.cpu,
-                       tracking.tracking_uri(root), exp_id, parent, p.trial_time_limit_s, p.resources.gpu)
-    try:
-        with ray_session():
-            searcher, tuner = _tuner(space, ctx, p, meta.mode, (root / p.storage_path).resolve())
-            grid = tuner.fit()
-        records = _trial_records(grid, meta.mode)
-        _close_runs(client, records, p.epochs)
-        states = optuna_states(searcher)
-        tracking.set_tags(client, parent, {"optuna_states": json.dumps(states, sort_keys=True)})
-        record = _summarise(dataset, family, meta.metric, meta.mode, space, p, records, parent)
-        record["optuna_states"] = states
-        tracking.log_metrics(client, parent, {"best_val": record["best_val"], "n_trials": record["n_trials"],
-                                              "n_failed": record["n_failed"]})
-        tracking.log_params(client, parent, {"best." + k: v for k, v in record["best_config"].items()})
-    except BaseException as exc:
-        tracking.finish(client, parent, exc)
-        raise
-    tracking.finish(client, parent)
-    write_json(search_result_path(root, dataset, family), record)
-    return record
+            tracking.terminate(client, run_id, "KILLED")
 
 
 def _summarise(dataset: str, family: str, metric: str, mode: str, space: SearchSpace, p: SearchParams,

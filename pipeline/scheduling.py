@@ -1,0 +1,103 @@
+"""The search algorithm and the scheduler, with two corrections to how they work together.
+
+1. ASHA stops weak trials after a few epochs. Ray's OptunaSearch would then tell Optuna that
+   the stopped trial's last (truncated) score is its final value, and TPE would compare a
+   2-epoch score with 4-epoch ones as equals. Here a trial that ends before `epochs` is told to
+   Optuna as PRUNED: TPE ranks pruned trials below every completed one (by the step they reached,
+   then their last intermediate value, which OptunaSearch reports each epoch). A trial that
+   failed is FAIL even when it reported epochs before failing (OptunaSearch would say COMPLETE).
+2. `Tuner.restore` restores the search algorithm's state but builds the scheduler from its
+   pickled, empty initial state: ASHA's rung history (the scores every trial had at each rung)
+   is lost, so after a restore the first trials to reach a rung face no cutoff and weak ones run
+   to the end. Here the restored ASHA refills its rungs from the per-epoch `val_metric` history
+   in MLflow of the trials the search already ran, before it judges any new result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from ray.tune.schedulers import ASHAScheduler
+from ray.tune.search.optuna import OptunaSearch
+
+from pipeline import run_lookup, tracking
+
+EPOCH = "epoch"  # the time attribute: our own epoch counter survives restarts from a checkpoint
+
+
+class BudgetAwareOptunaSearch(OptunaSearch):
+    """OptunaSearch telling Optuna PRUNED for trials stopped before `max_epochs`, FAIL for errors."""
+
+    def __init__(self, *args: Any, max_epochs: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._max_epochs = max_epochs
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if error or (result is not None and result.get(EPOCH, self._max_epochs) < self._max_epochs):
+            result = None  # OptunaSearch: no value + error -> FAIL, no value + no error -> PRUNED
+        super().on_trial_complete(trial_id, result, error)
+
+
+@dataclass(frozen=True)
+class HistorySource:
+    """Where a restored scheduler finds the trials' per-epoch metric: the search's MLflow parent run."""
+
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    metric: str
+
+    def load(self) -> dict[str, dict[int, float]]:
+        """{ray trial id: {epoch: metric}} of every trial logged under the parent run."""
+        client = tracking.MlflowClient(self.tracking_uri)
+        out = {}
+        for run in run_lookup.children(client, self.experiment_id, self.parent_run_id):
+            trial_id = run.data.tags.get("ray_trial_id")
+            if trial_id:
+                out[trial_id] = run_lookup.metric_steps(client, run.info.run_id, self.metric)
+        return out
+
+
+class ResumableASHA(ASHAScheduler):
+    """ASHA (one bracket, time attribute `epoch`) that refills its rungs after Tuner.restore."""
+
+    def __init__(self, history: HistorySource, **kwargs: Any) -> None:
+        super().__init__(time_attr=EPOCH, brackets=1, **kwargs)
+        self._history = history
+        self._refilled = False
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Unpickled: Tuner.restore is rebuilding the experiment; refill before the first decision.
+        self.__dict__.update(state)
+        self._refilled = False
+
+    def refill(self, history: dict[str, dict[int, float]]) -> int:
+        """Record each trial's metric at every rung it reached; returns how many entries were added."""
+        added = 0
+        for milestone, recorded in self._brackets[0]._rungs:  # (epoch, {trial_id: signed metric})
+            for trial_id, steps in history.items():
+                value = steps.get(int(milestone))
+                if value is not None and trial_id not in recorded:
+                    recorded[trial_id] = self._metric_op * value
+                    added += 1
+        return added
+
+    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+        if not self._refilled:
+            self._refilled = True
+            self.refill(self._history.load())
+        super().on_trial_add(tune_controller, trial)
+
+    def rung_sizes(self) -> dict[float, int]:
+        """{rung epoch: trials recorded there}, for logs and tests."""
+        return {milestone: len(recorded) for milestone, recorded in self._brackets[0]._rungs}
+
+
+def make_searcher(define_by_run: Any, reference: dict[str, Any] | None, metric: str, mode: str, seed: int,
+                  n_startup_trials: int, max_epochs: int) -> BudgetAwareOptunaSearch:
+    """Seeded TPE through Optuna: the same seed proposes the same first configurations."""
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials)
+    return BudgetAwareOptunaSearch(define_by_run, metric=metric, mode=mode, sampler=sampler,
+                                   points_to_evaluate=[reference] if reference else None, max_epochs=max_epochs)

@@ -1,0 +1,142 @@
+"""One search trial, as Ray Tune runs it: train, log to MLflow, report and checkpoint every epoch.
+
+A trial may run more than once: Ray restarts it from its last checkpoint when its process or
+its node dies (`search.max_failures`), and `Tuner.restore` restarts the trials a killed driver
+left running. Each start finds the trial's MLflow run by its Ray trial id and carries on
+logging into it, so a trial has one run however many processes it took. A trial that failed
+for a reason that would only repeat (a NaN loss, a solver failure, no epoch within the time
+limit) is tagged `final_failure` and fails again at once if Ray retries it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+from ray import tune
+
+from pipeline import tracking
+from pipeline.data.contract import Dataset
+from pipeline.errors import TrialFailedError
+from pipeline.run_lookup import find_child_run
+from pipeline.spaces import split_config
+from pipeline.train import TimeLimitReached, Trainer, TrainSettings, device_for
+
+FINAL_FAILURE_TAG = "final_failure"
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """Everything a trial process needs besides its sampled config; all paths absolute."""
+
+    dataset: str
+    family: str
+    dataset_dir: str
+    epochs: int
+    seed: int
+    cpus: float
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    time_limit_s: float | None = None
+    gpus: float = 0.0
+    workers: int = 1  # above 1: data-parallel over Ray Train workers (pipeline.distributed)
+
+
+def local_dataset(data: Dataset) -> Dataset:
+    """The dataset shipped through Ray's object store, keeping its folder (for the input caches)
+    only where this node can see it: a worker node of a cluster usually cannot."""
+    if data.folder is not None and not Path(data.folder).is_dir():
+        return dataclasses.replace(data, folder=None)
+    return data
+
+
+def trial_run(client: tracking.MlflowClient, ctx: TrialContext, trial_id: str, config: dict[str, Any]) -> str:
+    """The trial's MLflow run: the one an earlier attempt of this trial created, else a new one.
+
+    Raises TrialFailedError at once when an earlier attempt failed for a reason that repeats.
+    """
+    found = find_child_run(client, ctx.experiment_id, ctx.parent_run_id, "ray_trial_id", trial_id)
+    place = {"host": socket.gethostname(), "pid": os.getpid(), "ray_node_id": ray.get_runtime_context().get_node_id()}
+    if found is None:
+        run_id = tracking.start_run(
+            client, ctx.experiment_id, f"search/{ctx.family}/{trial_id}",
+            {"dataset": ctx.dataset, "family": ctx.family, "stage": "search", "seed": ctx.seed,
+             "ray_trial_id": trial_id, **place}, parent_run_id=ctx.parent_run_id)
+        tracking.log_params(client, run_id, config)
+        return run_id
+    if found.data.tags.get(FINAL_FAILURE_TAG) == "true":
+        raise TrialFailedError(found.data.tags.get("error", "failed in an earlier attempt"))
+    attempts = int(found.data.tags.get("attempts", "1")) + 1
+    client.update_run(found.info.run_id, status="RUNNING")
+    tracking.set_tags(client, found.info.run_id, {"attempts": attempts, **place})
+    return found.info.run_id
+
+
+def _restore(trainer: Trainer, client: tracking.MlflowClient, run_id: str) -> None:
+    """Resume from the trial's last checkpoint when Ray retries it."""
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            trainer.load_state(torch.load(Path(folder) / "state.pt", weights_only=False))
+        tracking.set_tags(client, run_id, {"resumed_from_epoch": trainer.epoch})
+
+
+def _report(trainer: Trainer, metrics: dict[str, float], run_id: str) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        torch.save(trainer.state(), Path(folder) / "state.pt")
+        tune.report({**metrics, "mlflow_run_id": run_id}, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+def _fail(client: tracking.MlflowClient, run_id: str, error: BaseException) -> None:
+    """Close the run as FAILED; a failure that would repeat is marked so a retry does not rerun it."""
+    if isinstance(error, TrialFailedError):
+        tracking.set_tags(client, run_id, {FINAL_FAILURE_TAG: "true"})
+    tracking.finish(client, run_id, error)
+
+
+def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
+    """The Ray Tune trainable: train, report and log each epoch until max epochs or ASHA stops it."""
+    torch.set_num_threads(max(1, int(ctx.cpus)))  # concurrent trials must not fight over cores
+    client = tracking.MlflowClient(ctx.tracking_uri)
+    run_id = trial_run(client, ctx, tune.get_context().get_trial_id(), config)
+    if ctx.workers > 1:
+        from pipeline.distributed import run_data_parallel  # Ray Train: only for data-parallel trials
+
+        try:
+            run_data_parallel(config, ctx, run_id)
+        except Exception as exc:
+            _fail(client, run_id, exc)
+            raise
+        return
+    trainer = None
+    try:
+        train_cfg, model_cfg = split_config(config)
+        trainer = Trainer(ctx.family, model_cfg, TrainSettings(**train_cfg), local_dataset(data), ctx.seed,
+                          device_for(ctx.gpus))
+        _restore(trainer, client, run_id)
+        tracking.log_params(client, run_id, {"num_params": trainer.model.num_parameters()})
+        deadline = time.monotonic() + ctx.time_limit_s if ctx.time_limit_s else None
+        while trainer.epoch < ctx.epochs:
+            metrics = trainer.run_epoch(deadline)
+            tracking.log_metrics(client, run_id, metrics, step=trainer.epoch)
+            _report(trainer, metrics, run_id)  # Tune may end this process here; the driver closes the run
+    except TimeLimitReached as exc:
+        if trainer is None or trainer.epoch == 0:  # nothing to judge the configuration by: a failed trial
+            error = TrialFailedError(f"first epoch exceeded trial_time_limit_s={ctx.time_limit_s}")
+            _fail(client, run_id, error)
+            raise error from exc
+        # Otherwise the trial ends here with what it reported, like an early stop.
+        tracking.set_tags(client, run_id, {"time_limited": "true", "early_stopped": "true"})
+        tracking.terminate(client, run_id, "KILLED")
+    except Exception as exc:
+        _fail(client, run_id, exc)
+        raise

@@ -1,0 +1,138 @@
+"""Real processes for the cluster tests: Ray nodes started with `ray start` and an `mlflow server`.
+
+Every process is started in its own session so a test can kill exactly one node (its raylet
+and workers) or the whole cluster without touching any other Ray instance on the machine
+(`ray stop` would stop them all).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from pipeline import tracking
+from pipeline.errors import CtsweepError
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_ip() -> str:
+    """The address Ray nodes on this machine advertise (the host's own, not 127.0.0.1)."""
+    from ray.util import get_node_ip_address
+
+    return get_node_ip_address()
+
+
+def _env() -> dict[str, str]:
+    # Token authentication as Ray 2.60 enables it for local clusters; the token is ~/.ray/auth_token.
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
+    env.update(RAY_AUTH_MODE="token", PATH=f"{BIN}{os.pathsep}{env['PATH']}")
+    return env
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 20) -> None:
+    """SIGTERM the process's session (a `ray start --block` stops what it started), then SIGKILL."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # stragglers of the session
+    proc.wait()
+
+
+class RayCluster:
+    """A head node and any number of worker nodes, all on this machine, each a `ray start --block`."""
+
+    def __init__(self, head_cpus: int, log_dir: Path) -> None:
+        self.port, self.log_dir = free_port(), log_dir
+        self.address = f"{node_ip()}:{self.port}"
+        self.nodes: list[subprocess.Popen] = []
+        self._start(["--head", f"--port={self.port}", "--include-dashboard=false"], head_cpus, {}, "head")
+        self.head = self.nodes[0]
+
+    def _start(self, args: list[str], cpus: int, resources: dict[str, float], name: str) -> subprocess.Popen:
+        log = open(self.log_dir / f"{name}-{len(self.nodes)}.log", "w")
+        proc = subprocess.Popen(
+            [str(BIN / "ray"), "start", *args, f"--num-cpus={cpus}", "--num-gpus=0", "--disable-usage-stats",
+             f"--resources={json.dumps(resources)}", "--block"],
+            env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.nodes.append(proc)
+        return proc
+
+    def add_node(self, cpus: int, resources: dict[str, float] | None = None) -> subprocess.Popen:
+        """Start a worker node and wait until the cluster counts it."""
+        before = self.alive()
+        proc = self._start([f"--address={self.address}"], cpus, resources or {}, "worker")
+        self.wait_for(before + 1)
+        return proc
+
+    def kill_node(self, proc: subprocess.Popen) -> None:
+        """SIGKILL a node's raylet and everything else of its session: a machine lost at once."""
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def alive(self) -> int:
+        """Alive nodes, asked of the head in a separate process (this one may not be connected)."""
+        code = "import ray; ray.init(); print(sum(n['Alive'] for n in ray.nodes()))"
+        out = subprocess.run([sys.executable, "-c", code], env={**_env(), "RAY_ADDRESS": self.address},
+                             capture_output=True, text=True, timeout=120)
+        return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else 0
+
+    def wait_for(self, n: int, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.alive() != n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the Ray cluster did not reach {n} alive nodes; logs in {self.log_dir}")
+            time.sleep(1)
+
+    def close(self) -> None:
+        for proc in reversed(self.nodes):  # workers first, then the head
+            _stop(proc)
+
+
+@contextlib.contextmanager
+def mlflow_server(folder: Path, host: str = "127.0.0.1", workers: int = 2) -> Iterator[str]:
+    """`mlflow server` as `make mlflow-server` runs it (SQLite store, proxied artifacts), on a
+    free port of `host`; yields its URL once /health answers. Takes about 8 s to start."""
+    port = free_port()
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    log = folder / "server.log"
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
+             "--artifacts-destination", str(folder / "artifacts"), "--host", host, "--port", str(port),
+             "--workers", str(workers)],
+            stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=folder, start_new_session=True)
+    url = f"http://{host}:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                tracking.ensure_store(url)
+                break
+            except CtsweepError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"mlflow server did not come up: {log.read_text()[-3000:]}")
+                time.sleep(0.3)
+        yield url
+    finally:
+        _stop(proc, grace_s=30)

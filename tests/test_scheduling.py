@@ -1,0 +1,114 @@
+"""The search algorithm and scheduler as the search stage builds them: seeded proposals repeat,
+trials stopped early reach Optuna as PRUNED (not as final scores), failures as FAIL, and a
+restored ASHA refills its rungs from the metric history MLflow holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from ray.tune.schedulers import TrialScheduler
+
+from pipeline import tracking
+from pipeline.scheduling import EPOCH, HistorySource, ResumableASHA, make_searcher
+from pipeline.spaces import load_space
+from tests.conftest import REPO
+
+MAX_EPOCHS = 4
+
+
+def _searcher(seed: int, n_startup: int = 3):
+    space = load_space(REPO / "search_spaces" / "cfc.yaml", "cfc")
+    return make_searcher(space.define_by_run(), space.reference, "val_metric", "max", seed, n_startup, MAX_EPOCHS)
+
+
+def _proposals(seed: int, n: int) -> list[dict]:
+    searcher = _searcher(seed)
+    out = []
+    for i in range(n):
+        out.append(searcher.suggest(f"t{i}"))
+        searcher.on_trial_result(f"t{i}", {"val_metric": 0.5 + 0.01 * i, "training_iteration": 1, EPOCH: 1})
+        searcher.on_trial_complete(f"t{i}", {"val_metric": 0.5 + 0.01 * i, EPOCH: MAX_EPOCHS})
+    return out
+
+
+def test_the_same_seed_gives_the_same_first_proposals() -> None:
+    first, again, other = _proposals(0, 5), _proposals(0, 5), _proposals(1, 5)
+    assert first == again  # random start-up trials and the TPE proposals after them
+    assert first[0] == other[0]  # the paper's reference configuration comes first whatever the seed
+    assert first[1:] != other[1:]
+
+
+def _states(searcher) -> dict[str, optuna.trial.TrialState]:
+    return {f"t{t.number}": t.state for t in searcher._ot_study.get_trials(deepcopy=False)}
+
+
+def test_stopped_early_is_pruned_failed_is_fail_and_full_budget_is_complete() -> None:
+    searcher = _searcher(0)
+    for i in range(3):
+        searcher.suggest(f"t{i}")
+        for epoch in (1, 2):
+            searcher.on_trial_result(f"t{i}", {"val_metric": 0.9, "training_iteration": epoch, EPOCH: epoch})
+    searcher.on_trial_complete("t0", {"val_metric": 0.9, EPOCH: 2})  # ASHA stopped it at epoch 2
+    searcher.on_trial_complete("t1", {"val_metric": 0.9, EPOCH: 2}, error=True)  # failed after 2 epochs
+    searcher.on_trial_complete("t2", {"val_metric": 0.7, EPOCH: MAX_EPOCHS})
+    states = _states(searcher)
+    assert states == {"t0": optuna.trial.TrialState.PRUNED, "t1": optuna.trial.TrialState.FAIL,
+                      "t2": optuna.trial.TrialState.COMPLETE}
+    # What TPE learns: the completed 0.7 is the best result; the truncated 0.9 stays a pruned
+    # trial's last intermediate value (TPE ranks pruned trials below every completed one).
+    assert searcher._ot_study.best_value == pytest.approx(0.7)
+    assert searcher._ot_study.trials[0].intermediate_values == {1: 0.9, 2: 0.9}
+
+
+class _Trial:
+    """The one attribute ASHA reads of a trial."""
+
+    def __init__(self, trial_id: str) -> None:
+        self.trial_id = trial_id
+
+
+def _history(tmp_path: Path, curves: dict[str, list[float]]) -> HistorySource:
+    """An MLflow parent run with one child per trial logging `val_metric` per epoch, as trials do."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracking.ensure_store(uri)
+    client = tracking.MlflowClient(uri)
+    exp = client.create_experiment("asha")
+    parent = tracking.start_run(client, exp, "search/cfc", {"stage": "search"})
+    for trial_id, curve in curves.items():
+        run = tracking.start_run(client, exp, trial_id, {"ray_trial_id": trial_id}, parent_run_id=parent)
+        for epoch, value in enumerate(curve, start=1):
+            tracking.log_metrics(client, run, {"val_metric": value}, step=epoch)
+    return HistorySource(uri, exp, parent, "val_metric")
+
+
+def test_a_restored_asha_refills_its_rungs_and_stops_what_the_first_attempt_would(tmp_path: Path) -> None:
+    # Before the driver died: four trials reached the rung at epoch 1 with these scores.
+    source = _history(tmp_path, {"a": [0.9, 0.95], "b": [0.8], "c": [0.7], "d": [0.85, 0.9]})
+
+    def fresh() -> ResumableASHA:
+        asha = ResumableASHA(source, max_t=MAX_EPOCHS, grace_period=1, reduction_factor=2)
+        asha.set_search_properties("val_metric", "max")
+        return asha
+
+    restored, forgetful = fresh(), fresh()
+    restored._refilled = False
+    restored.on_trial_add(None, _Trial("e"))  # the first add after a restore reads MLflow
+    assert restored.rung_sizes()[1] == 4 and restored.rung_sizes()[2] == 2
+    forgetful._refilled = True  # what Ray's own ASHA does after Tuner.restore: empty rungs
+    forgetful.on_trial_add(None, _Trial("e"))
+    # A new trial scoring 0.75 at epoch 1 is in the bottom half of what the search has seen ...
+    result = {"val_metric": 0.75, EPOCH: 1, "training_iteration": 1}
+    assert restored.on_trial_result(None, _Trial("e"), result) == TrialScheduler.STOP
+    # ... but facing an empty rung it would run on.
+    assert forgetful.on_trial_result(None, _Trial("e"), result) == TrialScheduler.CONTINUE
+
+
+def test_unpickling_is_what_marks_the_scheduler_for_refilling(tmp_path: Path) -> None:
+    import pickle
+
+    source = _history(tmp_path, {"a": [0.9]})
+    asha = ResumableASHA(source, max_t=MAX_EPOCHS, grace_period=1, reduction_factor=2)
+    asha._refilled = True
+    assert pickle.loads(pickle.dumps(asha))._refilled is False
