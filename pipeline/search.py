@@ -172,7 +172,9 @@ def _run(root: Path, dataset: str, family: str, p: SearchParams, res: Resources,
     states = optuna_states(_searcher_of(tuner))
     tracking.set_tags(client, parent, {"optuna_states": json.dumps(states, sort_keys=True)})
     record = _summarise(dataset, family, meta.metric, meta.mode, space, p, records, parent)
-    record.update(optuna_states=states, ray_experiment_path=path, resumed=resumed)
+    scheduler = tuner._local_tuner._tune_config.scheduler  # the one that ran, restored or not
+    record.update(optuna_states=states, ray_experiment_path=path, resumed=resumed,
+                  asha_rungs={f"{m:g}": n for m, n in sorted(scheduler.rung_sizes().items())})
     tracking.log_metrics(client, parent, {"best_val": record["best_val"], "n_trials": record["n_trials"],
                                           "n_failed": record["n_failed"]})
     tracking.log_params(client, parent, {"best." + k: v for k, v in record["best_config"].items()})

@@ -44,6 +44,17 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _session(sid: int) -> list[int]:
+    """The processes of session `sid`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getsid(int(entry.name)) == sid:
+                    pids.append(int(entry.name))
+    return pids
+
+
 def _stop(proc: subprocess.Popen, grace_s: float = 20) -> None:
     """SIGTERM the process's session (a `ray start --block` stops what it started), then SIGKILL."""
     if proc.poll() is None:
@@ -53,8 +64,9 @@ def _stop(proc: subprocess.Popen, grace_s: float = 20) -> None:
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             pass
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)  # stragglers of the session
+    for pid in _session(proc.pid):  # stragglers of the session, workers included
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     proc.wait()
 
 
@@ -85,8 +97,11 @@ class RayCluster:
         return proc
 
     def kill_node(self, proc: subprocess.Popen) -> None:
-        """SIGKILL a node's raylet and everything else of its session: a machine lost at once."""
-        os.killpg(proc.pid, signal.SIGKILL)
+        """SIGKILL every process of the node's session at once (its raylet, agents and workers,
+        which Ray puts in process groups of their own): a machine lost at once."""
+        for pid in _session(proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         proc.wait()
 
     def alive(self) -> int:

@@ -1,0 +1,199 @@
+"""Searches on a real multi-node Ray cluster on this machine (`ray start` head and worker nodes
+with token authentication, an `mlflow server`): the stores a cluster cannot share are refused,
+requests no node can meet fail at once, a killed worker node's trial is rescheduled, and a
+killed driver's search resumes with Tuner.restore when the stage runs again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import ray
+from mlflow.tracking import MlflowClient
+
+from pipeline import run_lookup, tracking
+from pipeline.config import AshaParams, Resources, ResourceOverride, SearchParams, XorParams
+from pipeline.data.contract import save_dataset
+from pipeline.data.xor import build as build_xor
+from pipeline.errors import ConfigError, ResourceError
+from pipeline.paths import processed_dir
+from pipeline.search import search
+from tests.clusters import RayCluster, mlflow_server
+from tests.conftest import default_params, write_params
+
+pytestmark = pytest.mark.slow
+EPOCHS = 4
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    """A head node with one CPU; tests add (and kill) worker nodes."""
+    c = RayCluster(head_cpus=1, log_dir=tmp_path_factory.mktemp("ray-logs"))
+    try:
+        c.wait_for(1)
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with mlflow_server(tmp_path_factory.mktemp("mlflow")) as url:
+        yield url
+
+
+@pytest.fixture
+def worker(cluster: RayCluster) -> Iterator[subprocess.Popen]:
+    """A second node with one CPU, killed (if still alive) after the test."""
+    proc = cluster.add_node(cpus=1)
+    yield proc
+    if proc.poll() is None:
+        cluster.kill_node(proc)
+    cluster.wait_for(1)
+
+
+@pytest.fixture
+def root(project: Path, cluster: RayCluster, server: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("RAY_ADDRESS", cluster.address)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", server)
+    save_dataset(processed_dir(project, "xor"), build_xor("xor", XorParams(kind="xor", n_train=1600, n_test=50, seed=3)))
+    return project
+
+
+def _params(root: Path, **change) -> SearchParams:
+    base = dict(num_samples=2, max_concurrent=2, epochs=EPOCHS, n_startup_trials=1, max_failures=2,
+                asha=AshaParams(grace_period=EPOCHS), storage_path=str(root / "shared" / "ray_results"))
+    return SearchParams(**{**base, **change})
+
+
+def _children(uri: str, parent: str) -> list:
+    client = MlflowClient(uri)
+    return run_lookup.children(client, client.get_run(parent).info.experiment_id, parent)
+
+
+def _search_parents(uri: str) -> list:
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("ctsweep/xor")
+    return [r for r in client.search_runs([exp.experiment_id], filter_string="tags.stage = 'search'")
+            if tracking.PARENT_TAG not in r.data.tags] if exp else []
+
+
+def _epochs(run) -> float:
+    return run.data.metrics.get("epoch", 0)
+
+
+def _watch(uri: str, condition: Callable[[list], object], action: Callable[[object], None]) -> threading.Thread:
+    """Poll the children of the newest search parent run; once `condition` returns something, act on it."""
+    def loop() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            parents = sorted(_search_parents(uri), key=lambda r: r.info.start_time)
+            found = condition(_children(uri, parents[-1].info.run_id)) if parents else None
+            if found:
+                action(found)
+                return
+            time.sleep(0.3)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_stores_a_cluster_cannot_share_and_impossible_requests_are_refused_at_once(
+        root: Path, server: str, worker: subprocess.Popen, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")  # the default: SQLite on the head's disk
+    with pytest.raises(ConfigError, match="2 nodes but the MLflow tracking store is local.*mlflow-server"):
+        search(root, "xor", "cfc", _params(root))
+    assert not ray.is_initialized()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", server)
+    with pytest.raises(ConfigError, match="`search.storage_path` is 'ray_results', a folder on this machine"):
+        search(root, "xor", "cfc", _params(root, storage_path="ray_results"))
+    start = time.monotonic()
+    with pytest.raises(ResourceError, match=r"`search.resources` asks for cpu=1, gpu=1.*GPU=0"):
+        search(root, "xor", "cfc", _params(root, resources=Resources(gpu=1)))
+    with pytest.raises(ResourceError, match=r"`search.family_resources.cfc` asks for cpu=1, gpu=0 for each of 3"):
+        search(root, "xor", "cfc", _params(root, family_resources={"cfc": ResourceOverride(workers=3)}))
+    assert time.monotonic() - start < 60  # told at once, not PENDING forever
+    assert not _search_parents(server)  # nothing started
+
+
+def test_a_killed_worker_node_s_trial_is_rescheduled_and_the_search_completes(
+        root: Path, cluster: RayCluster, worker: subprocess.Popen) -> None:
+    uri = os.environ["MLFLOW_TRACKING_URI"]
+    killed: dict[str, object] = {}
+
+    def on_the_worker_mid_training(runs: list):
+        head = {n["NodeID"] for n in ray.nodes() if "node:__internal_head__" in n["Resources"]}
+        return next((r for r in runs if r.data.tags.get("ray_node_id") not in head and 1 <= _epochs(r) < EPOCHS), None)
+
+    def kill(run) -> None:
+        killed.update(run_id=run.info.run_id, epoch=_epochs(run), node=run.data.tags["ray_node_id"])
+        cluster.kill_node(worker)
+
+    watcher = _watch(uri, on_the_worker_mid_training, kill)
+    record = search(root, "xor", "cfc", _params(root))
+    watcher.join(timeout=5)
+    assert killed, "no trial was caught on the worker node"
+    assert record["n_trials"] == 2 and record["n_failed"] == 0
+    assert all(t["status"] == "ok" and t["epochs"] == EPOCHS for t in record["trials"])
+    run = MlflowClient(uri).get_run(killed["run_id"])
+    assert int(run.data.tags["attempts"]) >= 2
+    assert run.data.tags["ray_node_id"] != killed["node"]  # it finished on the node that was left
+    assert int(run.data.tags.get("resumed_from_epoch", 0)) >= 1  # from the checkpoint on shared storage
+
+
+def _driver(root: Path) -> subprocess.Popen:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.Popen(["ctsweep", "search", "xor", "cfc"], cwd=root, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def test_a_killed_driver_s_search_resumes_where_it_stopped(root: Path, worker: subprocess.Popen) -> None:
+    uri = os.environ["MLFLOW_TRACKING_URI"]
+    raw = default_params()
+    raw.update(datasets=["xor"], families=["cfc"], prepare={"xor": {"kind": "xor", "n_train": 1600, "n_test": 50}})
+    raw["search"] = _params(root, num_samples=4, asha=AshaParams(grace_period=2)).model_dump()
+    write_params(root, raw)
+    first = _driver(root)
+    before: dict[str, float] = {}
+
+    def one_done_another_running(runs: list):
+        done = [r for r in runs if _epochs(r) >= EPOCHS]
+        return runs if done and len(runs) > len(done) else None
+
+    def kill(runs: list) -> None:
+        before.update({r.data.tags["ray_trial_id"]: _epochs(r) for r in runs})
+        os.kill(first.pid, signal.SIGKILL)  # the driver only: its trials die with it, as on a crash
+
+    _watch(uri, one_done_another_running, kill).join(timeout=600)
+    first.wait(timeout=60)
+    assert before, f"the driver was not caught mid-search:\n{first.stdout.read()[-3000:]}"
+    second = _driver(root)
+    out, _ = second.communicate(timeout=900)
+    assert second.returncode == 0, out[-5000:]
+    assert "(resumed)" in out
+    [parent] = _search_parents(uri)  # the same parent run, reopened
+    assert parent.info.status == "FINISHED" and parent.data.tags["attempts"] == "2"
+    runs = _children(uri, parent.info.run_id)
+    trial_ids = [r.data.tags["ray_trial_id"] for r in runs]
+    assert len(trial_ids) == len(set(trial_ids)) == 4  # none lost, none duplicated
+    client = MlflowClient(uri)
+    for run in runs:
+        tid = run.data.tags["ray_trial_id"]
+        history = client.get_metric_history(run.info.run_id, "epoch")
+        if before.get(tid, 0) >= EPOCHS:  # finished before the kill: not rerun
+            assert len(history) == EPOCHS and "attempts" not in run.data.tags
+    record = json.loads((root / "results" / "xor" / "search" / "cfc.json").read_text())
+    assert record["resumed"] and record["n_trials"] == 4
+    assert record["ray_experiment_path"] == parent.data.tags["ray_experiment_path"]
+    # ASHA's rung at epoch 2 knows every trial that reached it, the first attempt's included
+    reached = sum(t["epochs"] >= 2 for t in record["trials"])
+    assert record["asha_rungs"]["2"] == reached
