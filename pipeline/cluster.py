@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import ray
 
@@ -32,13 +34,34 @@ def _use_token_when_available() -> None:
         Config.initialize("")
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _local_options(dashboard: bool) -> dict[str, Any]:
+    """ray.init options of a fresh local instance. The dashboard costs seconds and memory per
+    start, so only data-parallel searches get one: Ray Train frees a stopped trial's workers
+    only through the State API it serves (else they hold their CPUs until the search ends). Its
+    address is handed to Ray's processes so they do not find another Ray instance's dashboard."""
+    if not dashboard:
+        return {"include_dashboard": False}
+    port = _free_port()
+    return {"include_dashboard": True, "dashboard_port": port,
+            "runtime_env": {"env_vars": {"RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{port}"}}}
+
+
 @contextlib.contextmanager
-def ray_session() -> Iterator[None]:
+def ray_session(dashboard: bool = False) -> Iterator[None]:
     """Use an already-initialised Ray, else connect (RAY_ADDRESS) or start one, and shut
     down only what this call started.
 
-    A local instance gets the token authentication Ray 2.60 enables by default; workers of a
-    remote cluster find `pipeline` in the same environment the cluster was started from.
+    Without RAY_ADDRESS always a fresh local instance (with token authentication, Ray 2.60's
+    default): address=None would join whatever cluster /tmp/ray/ray_current_cluster names, a
+    stale one of a killed head included (RAY_ADDRESS=auto asks for that). `dashboard`: start the
+    local instance's dashboard (a cluster has its own). Workers of a remote cluster find
+    `pipeline` in the same environment the cluster was started from.
     """
     if ray.is_initialized():
         yield
@@ -46,11 +69,9 @@ def ray_session() -> Iterator[None]:
     address = os.environ.get("RAY_ADDRESS")
     if address:
         _use_token_when_available()
-    # The dashboard costs seconds and memory per start on a laptop; a cluster has its own.
-    # Without RAY_ADDRESS always a fresh local instance: address=None would join whatever cluster
-    # /tmp/ray/ray_current_cluster names, a stale one of a killed head included (RAY_ADDRESS=auto asks for that).
-    ray.init(address=address or "local", include_dashboard=False if not address else None,
-             log_to_driver=bool(os.environ.get("CTSWEEP_RAY_LOGS")), configure_logging=False)
+    options = {} if address else _local_options(dashboard)
+    ray.init(address=address or "local", log_to_driver=bool(os.environ.get("CTSWEEP_RAY_LOGS")),
+             configure_logging=False, **options)
     try:
         yield
     finally:

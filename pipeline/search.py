@@ -56,8 +56,10 @@ def search_fingerprint(dataset: str, family: str, p: SearchParams, space_file: P
 
 
 def _trainable(ctx: TrialContext, data: Any, res: Resources) -> Any:
-    # A data-parallel trial only drives its Ray Train workers, which ask for their own resources.
-    own = {"cpu": 0, "gpu": 0} if res.workers > 1 else {"cpu": res.cpu, "gpu": res.gpu}
+    if res.workers > 1:  # the trial only drives its Ray Train workers, which ask for their own resources
+        from pipeline.distributed import DRIVER_RESOURCES as own
+    else:
+        own = {"cpu": res.cpu, "gpu": res.gpu}
     return tune.with_resources(tune.with_parameters(run_trial, ctx=ctx, data=data), own)
 
 
@@ -70,8 +72,13 @@ def _new_tuner(space: SearchSpace, ctx: TrialContext, data: Any, p: SearchParams
                               reduction_factor=p.asha.reduction_factor)
     return tune.Tuner(
         _trainable(ctx, data, res),
+        # reuse_actors: a trial process (torch, the models and the dataset already loaded) runs the
+        # next trial instead of a fresh process importing it all again, seconds per trial here. Not
+        # for data-parallel trials: their Ray Train run outlives Tune's 2 s reset window, and the
+        # next trial would fail to start in the old process.
         tune_config=tune.TuneConfig(metric=METRIC, mode=mode, num_samples=p.num_samples, scheduler=scheduler,
-                                    search_alg=ConcurrencyLimiter(searcher, max_concurrent=p.max_concurrent)),
+                                    search_alg=ConcurrencyLimiter(searcher, max_concurrent=p.max_concurrent),
+                                    reuse_actors=res.workers == 1),
         run_config=tune.RunConfig(
             name=name, storage_path=storage, verbose=0,
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
@@ -131,7 +138,7 @@ def search(root: Path, dataset: str, family: str, p: SearchParams, fresh: bool =
     uri = tracking.tracking_uri(root)
     tracking.ensure_store(uri)
     fp = search_fingerprint(dataset, family, p, space_path(root, family), data_dir)
-    with ray_session():
+    with ray_session(dashboard=res.workers > 1):
         check_shared_storage(uri, p.storage_path, "search.storage_path")
         check_fits(res, f"search.family_resources.{family}" if family in p.family_resources else "search.resources",
                    p.autoscaling)
@@ -169,6 +176,7 @@ def _run(root: Path, dataset: str, family: str, p: SearchParams, res: Resources,
     grid = tuner.fit()
     records = _trial_records(grid, meta.mode, p.trial_seed)
     _close_runs(client, records, p.epochs)
+    _close_orphans(client, exp_id, parent, records)
     states = optuna_states(_searcher_of(tuner))
     tracking.set_tags(client, parent, {"optuna_states": json.dumps(states, sort_keys=True)})
     record = _summarise(dataset, family, meta.metric, meta.mode, space, p, records, parent)
@@ -207,23 +215,46 @@ def _trial_records(grid: tune.ResultGrid, mode: str, seed: int) -> list[dict[str
 
 
 def _close_runs(client: tracking.MlflowClient, records: list[dict[str, Any]], epochs: int) -> None:
-    """Close the MLflow runs Ray left RUNNING.
+    """Give every trial's MLflow run the status Tune's outcome says.
 
-    Tune stops a trial's actor as soon as it reports its last epoch (max_t) or ASHA stops it,
+    Tune stops a trial's process as soon as it reports its last epoch (max_t) or ASHA stops it,
     so the trial cannot close its own run: a run that reached `epochs` is FINISHED, a shorter
     one was stopped early (KILLED, tagged early_stopped). Failed trials closed theirs as FAILED.
+    Tune's view wins: a data-parallel trial interrupted by that stop may have marked its run
+    FAILED on the way out although Tune counts it as a success.
     """
     for r in records:
         run_id = r["mlflow_run_id"]
-        if not run_id or client.get_run(run_id).info.status != "RUNNING":
+        if not run_id:
             continue
+        run = client.get_run(run_id)
         if r["status"] == "error":
-            tracking.finish(client, run_id, RuntimeError(r["error"] or "trial process died"))
-        elif r["epochs"] >= epochs:
-            tracking.terminate(client, run_id, "FINISHED")
-        else:
+            if run.info.status == "RUNNING":
+                tracking.finish(client, run_id, RuntimeError(r["error"] or "trial process died"))
+            continue
+        status = "FINISHED" if r["epochs"] >= epochs else "KILLED"
+        if run.info.status == status:
+            continue
+        if "error" in run.data.tags:
+            client.delete_tag(run_id, "error")
+        if status == "KILLED":
             tracking.set_tags(client, run_id, {"early_stopped": "true"})
-            tracking.terminate(client, run_id, "KILLED")
+        tracking.terminate(client, run_id, status)
+
+
+def _close_orphans(client: tracking.MlflowClient, exp_id: str, parent: str, records: list[dict[str, Any]]) -> None:
+    """Close the runs of trials the Ray experiment does not know.
+
+    A driver killed between a trial's start and Tune's next snapshot of the experiment state
+    leaves a run whose trial the restored experiment never had (its few seconds of work are
+    lost; the restored search proposes another trial in its place). Such runs end KILLED,
+    tagged `orphaned`, so no run stays RUNNING forever.
+    """
+    known = {r["trial_id"] for r in records}
+    for run in run_lookup.children(client, exp_id, parent):
+        if run.data.tags.get("ray_trial_id") not in known and run.info.status == "RUNNING":
+            tracking.set_tags(client, run.info.run_id, {"orphaned": "true"})
+            tracking.terminate(client, run.info.run_id, "KILLED")
 
 
 def _summarise(dataset: str, family: str, metric: str, mode: str, space: SearchSpace, p: SearchParams,

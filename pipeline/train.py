@@ -6,7 +6,7 @@ import copy
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -75,13 +75,33 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
         self.generator = torch.Generator().manual_seed(seed)
         self.epoch = 0
+        self.device = device
+        # Data parallelism (see `distribute`): one process trains everything by default.
+        self.rank, self.world = 0, 1
+        self.train_module: torch.nn.Module = self.model  # what training forwards through: the model or its DDP wrapper
+
+    def distribute(self, wrap: Callable[[torch.nn.Module], torch.nn.Module], rank: int, world: int) -> None:
+        """Train as rank `rank` of `world` processes that each hold this same Trainer (same dataset,
+        seed and state), with torch.distributed already initialised.
+
+        `wrap` returns the model's DistributedDataParallel wrapper (ray.train.torch.prepare_model),
+        which averages gradients across ranks in backward. Every rank draws the same global batch
+        order and takes idx[rank::world] of each batch, weighting its loss by its share of the batch,
+        so an epoch is the same optimisation as in one process up to float summation order (random
+        layers such as dropout draw different masks per rank). Validation, state() and weights()
+        use the unwrapped model; state() is interchangeable with a single-process Trainer's.
+        """
+        if world < 1 or not 0 <= rank < world:
+            raise ValueError(f"rank {rank} is not in a world of {world} processes")
+        self.rank, self.world = rank, world
+        self.train_module = wrap(self.model)
 
     def _batch(self, split: str, idx: torch.Tensor) -> dict[str, torch.Tensor]:
         return {k: v[idx] for k, v in self.inputs[split].items()}
 
-    def _forward(self, split: str, idx: torch.Tensor) -> torch.Tensor:
+    def _forward(self, split: str, idx: torch.Tensor, module: torch.nn.Module | None = None) -> torch.Tensor:
         try:
-            return self.model(**self._batch(split, idx))
+            return (self.model if module is None else module)(**self._batch(split, idx))
         except AssertionError as exc:
             # torchdiffeq signals step-size underflow and max_num_steps with assert.
             raise TrialFailedError(f"ODE solver failed at epoch {self.epoch + 1}: {exc}") from exc
@@ -91,26 +111,76 @@ class Trainer:
 
         With a `deadline` (time.monotonic()), raises TimeLimitReached between batches past it.
         """
-        self.model.train()
+        self.train_module.train()
         n = len(self.targets["train"])
-        order = torch.randperm(n, generator=self.generator)
+        order = torch.randperm(n, generator=self.generator)  # the same order on every rank
         total = 0.0
         for start in range(0, n, self.settings.batch_size):
             idx = order[start:start + self.settings.batch_size]
-            loss = loss_fn(self.meta, self._forward("train", idx), self.targets["train"][idx],
-                           self.masks["train"][idx])
-            if not torch.isfinite(loss):
-                raise TrialFailedError(f"non-finite training loss {loss.item()} at epoch {self.epoch + 1}")
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if self.settings.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
-            self.optimizer.step()
-            total += loss.item() * len(idx)
-            if deadline is not None and time.monotonic() > deadline:
+            total += self._step(idx) * len(idx)
+            # Ranks stop together: one leaving early would leave the others waiting in a collective.
+            if deadline is not None and self._any_rank(time.monotonic() > deadline):
                 raise TimeLimitReached(f"time limit reached during epoch {self.epoch + 1}")
         self.epoch += 1
         return total / n
+
+    def _step(self, idx: torch.Tensor) -> float:
+        """One optimiser step on the global batch `idx` (B,); returns the batch's mean loss."""
+        local, weight = self._shard(idx)
+        output = self._forward("train", local, self.train_module)
+        if weight == 0.0:
+            # Nothing of this batch here: a zero loss that still reaches every parameter, because
+            # DDP's backward waits for a gradient of each one from every rank.
+            loss = output.sum() * 0.0
+        else:
+            loss = loss_fn(self.meta, output, self.targets["train"][local], self.masks["train"][local])
+            if self.world > 1:
+                loss = loss * weight
+        batch_loss = self._batch_mean(loss)
+        if not math.isfinite(batch_loss):  # the same value, so the same decision, on every rank
+            raise TrialFailedError(f"non-finite training loss {batch_loss} at epoch {self.epoch + 1}")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.settings.grad_clip > 0:  # on the already averaged gradient: the same clip as one process
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
+        self.optimizer.step()
+        return batch_loss
+
+    def _loss_terms(self, idx: torch.Tensor) -> int:
+        """How many terms loss_fn averages over for samples `idx`: observed steps when per-step."""
+        return int(self.masks["train"][idx].sum()) if self.meta.per_step else len(idx)
+
+    def _shard(self, idx: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """This rank's samples of global batch `idx` and the weight of their mean loss.
+
+        DDP averages the ranks' gradients, so rank r scales its mean loss by
+        world * terms_r / terms_batch: the average is then the gradient of the whole batch's mean
+        loss, also for uneven shards. A rank with no terms gets one sample (idx[:1], forwarded
+        but weighted 0) so that it still joins the gradient reduction.
+        """
+        if self.world == 1:
+            return idx, 1.0
+        local = idx[self.rank::self.world]
+        terms = self._loss_terms(local) if len(local) else 0
+        if terms == 0:
+            return idx[:1], 0.0
+        return local, self.world * terms / self._loss_terms(idx)
+
+    def _batch_mean(self, loss: torch.Tensor) -> float:
+        """The global batch's mean loss: the ranks' weighted losses summed, over the world size."""
+        if self.world == 1:
+            return loss.item()
+        total = loss.detach().reshape(1).clone()
+        torch.distributed.all_reduce(total)
+        return total.item() / self.world
+
+    def _any_rank(self, flag: bool) -> bool:
+        """Whether `flag` holds on any rank (one small collective when data-parallel)."""
+        if self.world == 1:
+            return flag
+        votes = torch.tensor([float(flag)], device=self.device)
+        torch.distributed.all_reduce(votes)
+        return votes.item() > 0
 
     @torch.no_grad()
     def predict(self, split: str, batch_size: int = 512) -> torch.Tensor:

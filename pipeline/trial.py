@@ -112,7 +112,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
         from pipeline.distributed import run_data_parallel  # Ray Train: only for data-parallel trials
 
         try:
-            run_data_parallel(config, ctx, run_id)
+            run_data_parallel(config, ctx, run_id, data)
         except Exception as exc:
             _fail(client, run_id, exc)
             raise

@@ -106,10 +106,11 @@ class RayCluster:
 
     def alive(self) -> int:
         """Alive nodes, asked of the head in a separate process (this one may not be connected)."""
-        code = "import ray; ray.init(); print(sum(n['Alive'] for n in ray.nodes()))"
+        code = "import ray; ray.init(); print('ALIVE', sum(n['Alive'] for n in ray.nodes()))"
         out = subprocess.run([sys.executable, "-c", code], env={**_env(), "RAY_ADDRESS": self.address},
                              capture_output=True, text=True, timeout=120)
-        return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else 0
+        counts = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("ALIVE ")]
+        return int(counts[-1]) if out.returncode == 0 and counts else 0
 
     def wait_for(self, n: int, timeout_s: float = 120) -> None:
         deadline = time.monotonic() + timeout_s
