@@ -24,12 +24,13 @@ RAY_PORT ?= 6388
 
 # dvc repro needs a Git repository (a fresh clone is one; a tarball is not). Without a
 # RAY_ADDRESS, one local Ray head serves every stage, instead of each stage starting its own
-# (about 10 s apiece); it is stopped when dvc repro ends, whatever the outcome.
+# (about 10 s apiece); it is stopped when dvc repro ends, whatever the outcome. Its dashboard
+# (http://127.0.0.1:8265) shows the trials, and Ray Train needs it for data-parallel trials.
 run: install
 	@git rev-parse --git-dir >/dev/null 2>&1 || git init -q
 	@if [ -n "$$RAY_ADDRESS" ]; then dvc repro; else \
 	  export RAY_AUTH_MODE=token && \
-	  ray start --head --port=$(RAY_PORT) --include-dashboard=false --disable-usage-stats >/dev/null && \
+	  ray start --head --port=$(RAY_PORT) --dashboard-host=127.0.0.1 --disable-usage-stats >/dev/null && \
 	  trap 'ray stop >/dev/null 2>&1' EXIT && RAY_ADDRESS=127.0.0.1:$(RAY_PORT) dvc repro; fi
 
 test: install
