@@ -14,8 +14,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pipeline import tracking
@@ -152,3 +153,25 @@ def mlflow_server(folder: Path, host: str = "127.0.0.1", workers: int = 2) -> It
         yield url
     finally:
         _stop(proc, grace_s=30)
+
+
+def watch(runs: Callable[[], list], condition: Callable[[list], object], action: Callable[[object], None],
+          timeout_s: float = 600, every_s: float = 0.2) -> threading.Thread:
+    """In the background: poll `runs()` (MLflow runs of a search in progress) until
+    `condition(runs)` returns something, then call `action` with it once. `runs` may raise
+    while the search has not created its experiment yet."""
+    def loop() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                found = condition(runs())
+            except Exception:  # nothing to look at yet
+                found = None
+            if found:
+                action(found)
+                return
+            time.sleep(every_s)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread

@@ -26,7 +26,7 @@ from pipeline.data.xor import build as build_xor
 from pipeline.errors import ConfigError, ResourceError
 from pipeline.paths import processed_dir
 from pipeline.search import search
-from tests.clusters import RayCluster, mlflow_server
+from tests.clusters import RayCluster, mlflow_server, watch
 from tests.conftest import default_params, write_params
 
 pytestmark = pytest.mark.slow
@@ -91,20 +91,12 @@ def _epochs(run) -> float:
 
 
 def _watch(uri: str, condition: Callable[[list], object], action: Callable[[object], None]) -> threading.Thread:
-    """Poll the children of the newest search parent run; once `condition` returns something, act on it."""
-    def loop() -> None:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            parents = sorted(_search_parents(uri), key=lambda r: r.info.start_time)
-            found = condition(_children(uri, parents[-1].info.run_id)) if parents else None
-            if found:
-                action(found)
-                return
-            time.sleep(0.3)
+    """Act once on the children of the newest search parent run when `condition` finds what it waits for."""
+    def runs() -> list:
+        parents = sorted(_search_parents(uri), key=lambda r: r.info.start_time)
+        return _children(uri, parents[-1].info.run_id)
 
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    return thread
+    return watch(runs, condition, action, every_s=0.3)
 
 
 def test_stores_a_cluster_cannot_share_and_impossible_requests_are_refused_at_once(
@@ -162,6 +154,7 @@ def test_a_killed_driver_s_search_resumes_where_it_stopped(root: Path, worker: s
     raw.update(datasets=["xor"], families=["cfc"], prepare={"xor": {"kind": "xor", "n_train": 1600, "n_test": 50}})
     raw["search"] = _params(root, num_samples=4, asha=AshaParams(grace_period=2)).model_dump()
     write_params(root, raw)
+    earlier = {r.info.run_id for r in _search_parents(uri)}  # the module's other tests share the server
     first = _driver(root)
     before: dict[str, float] = {}
 
@@ -180,7 +173,7 @@ def test_a_killed_driver_s_search_resumes_where_it_stopped(root: Path, worker: s
     out, _ = second.communicate(timeout=900)
     assert second.returncode == 0, out[-5000:]
     assert "(resumed)" in out
-    [parent] = _search_parents(uri)  # the same parent run, reopened
+    [parent] = [r for r in _search_parents(uri) if r.info.run_id not in earlier]  # the same one, reopened
     assert parent.info.status == "FINISHED" and parent.data.tags["attempts"] == "2"
     record = json.loads((root / "results" / "xor" / "search" / "cfc.json").read_text())
     trial_ids = {t["trial_id"] for t in record["trials"]}

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from pipeline.errors import OutputError
 from pipeline.io import check_writable, write_json
 from pipeline.paths import processed_dir, search_result_path
 from pipeline.search import search
+from tests.clusters import watch
 
 EPOCHS = 5
 
@@ -51,23 +51,8 @@ def _children(root: Path, dataset: str) -> list:
 
 
 def _when(root: Path, condition: Callable[[list], object], action: Callable[[object], None]) -> threading.Thread:
-    """In the background: poll the MLflow store until `condition(child runs)` returns something,
-    then call `action` with it once. The store is created before any trial starts."""
-    def watch() -> None:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            try:
-                found = condition(_children(root, "xor"))
-            except Exception:  # the experiment does not exist yet
-                found = None
-            if found:
-                action(found)
-                return
-            time.sleep(0.2)
-
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
+    """Act once on the search's child runs when `condition` finds what it waits for."""
+    return watch(lambda: _children(root, "xor"), condition, action, timeout_s=300)
 
 
 def _epochs(run) -> float:
