@@ -92,8 +92,7 @@ def test_a_restored_asha_refills_its_rungs_and_stops_what_the_first_attempt_woul
         asha.set_search_properties("val_metric", "max")
         return asha
 
-    restored, forgetful = fresh(), fresh()
-    restored._refilled = False
+    restored, forgetful = fresh(), fresh()  # a new scheduler refills on its first add
     restored.on_trial_add(None, _Trial("e"))  # the first add after a restore reads MLflow
     assert restored.rung_sizes()[1] == 4 and restored.rung_sizes()[2] == 2
     forgetful._refilled = True  # what Ray's own ASHA does after Tuner.restore: empty rungs
