@@ -206,6 +206,9 @@ class SearchParams(_Strict):
                              "(a NaN loss or a solver failure is final and never retried)")
     autoscaling: bool = Field(
         False, description="the cluster adds nodes on demand: do not refuse a request no current node fits")
+    optuna_storage: str = Field(
+        "optuna.db", description="where each finished search's Optuna study is kept (for optuna-dashboard "
+                                 "and the importances): an SQLite file relative to the root, or a database URL")
     storage_path: str = Field(
         "ray_results", description="Ray Tune storage: relative to the root, an absolute path (on a shared "
                                    "filesystem for a multi-node cluster) or a URI such as s3://bucket/ctsweep")
@@ -220,6 +223,9 @@ class SearchParams(_Strict):
 class FinalParams(_Strict):
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1)
     epochs: int = Field(10, ge=1)
+    lr_factors: list[float] = Field(
+        default_factory=list, description="robustness: also rerun the best config with its learning rate "
+                                          "times each factor, on every seed (e.g. [0.8, 1.25])")
     resources: Resources = Resources()
     family_resources: dict[str, ResourceOverride] = Field(default_factory=dict)
 
@@ -229,6 +235,9 @@ class FinalParams(_Strict):
     def _distinct(self) -> "FinalParams":
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct, got {self.seeds}")
+        if any(f <= 0 or f == 1 for f in self.lr_factors) or len(set(self.lr_factors)) != len(self.lr_factors):
+            raise ValueError(f"lr_factors must be distinct positive factors other than 1 (the best config "
+                             f"itself always runs), got {self.lr_factors}")
         if self.resources.workers > 1 or any(o.workers not in (None, 1) for o in self.family_resources.values()):
             raise ValueError("final seeds train in one process each: `workers` must be 1 here "
                              "(the seeds themselves run in parallel)")
@@ -241,6 +250,9 @@ class FinalParams(_Strict):
 class PromoteParams(_Strict):
     seeds_required: int = Field(5, ge=1, description="final seeds a family needs to be promoted")
     min_improvement: float = Field(0.0, ge=0, description="margin the candidate must beat the champion by")
+    max_p_value: float | None = Field(
+        None, gt=0, le=1, description="if set, the candidate must also beat the champion by Welch's t-test "
+                                      "on per-seed validation scores at this p-value")
 
 
 class Params(_Strict):

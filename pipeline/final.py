@@ -3,6 +3,10 @@
 Each seed trains for `final.epochs`, keeps the weights of its best validation epoch and is
 scored on validation and test with them. The seed with the best validation score is logged as
 an MLflow pyfunc model, the candidate that `promote` may register.
+
+Robustness (`final.lr_factors`): the same configuration with its learning rate multiplied by
+each factor trains on every seed too (MLflow stage `robustness`, tag `lr_factor`), so the
+report can say whether the ranking of the families survives a small change of learning rate.
 """
 
 from __future__ import annotations
@@ -41,6 +45,17 @@ class SeedJob:
     tracking_uri: str
     experiment_id: str
     parent_run_id: str
+    lr_factor: float = 1.0  # 1: the searched configuration itself; else a robustness rerun
+
+    @property
+    def run_name(self) -> str:
+        nominal = self.lr_factor == 1.0
+        return f"final/{self.family}/{'' if nominal else f'lr-x{self.lr_factor:g}/'}seed-{self.seed}"
+
+    @property
+    def tags(self) -> dict[str, Any]:
+        tags = {"dataset": self.dataset, "family": self.family, "stage": "final", "seed": self.seed}
+        return tags if self.lr_factor == 1.0 else {**tags, "stage": "robustness", "lr_factor": f"{self.lr_factor:g}"}
 
 
 def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
@@ -48,10 +63,9 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
     copy of the project); returns its metrics, learning curve and best-validation weights."""
     torch.set_num_threads(max(1, int(job.cpus)))
     client = tracking.MlflowClient(job.tracking_uri)
-    run_id = tracking.start_run(client, job.experiment_id, f"final/{job.family}/seed-{job.seed}",
-                                {"dataset": job.dataset, "family": job.family, "stage": "final", "seed": job.seed},
-                                parent_run_id=job.parent_run_id)
-    tracking.log_params(client, run_id, {**job.config, "seed": job.seed, "epochs": job.epochs})
+    run_id = tracking.start_run(client, job.experiment_id, job.run_name, job.tags, parent_run_id=job.parent_run_id)
+    tracking.log_params(client, run_id, {**job.config, "seed": job.seed, "epochs": job.epochs,
+                                         "lr_factor": job.lr_factor})
     try:
         train_cfg, model_cfg = split_config(job.config)
         dataset = local_dataset(data)
@@ -75,8 +89,10 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
         tracking.finish(client, run_id, exc)
         raise
     tracking.finish(client, run_id)
-    return {**result, "state_dict": best_state, "input_channels": dataset.splits["train"].x.shape[2],
-            "meta": dataset.meta}
+    if job.lr_factor != 1.0:  # robustness reruns only report scores: no weights through the object store
+        return {**result, "lr_factor": job.lr_factor}
+    return {**result, "lr_factor": job.lr_factor, "state_dict": best_state,
+            "input_channels": dataset.splits["train"].x.shape[2], "meta": dataset.meta}
 
 
 def _spread(jobs: list[SeedJob], data: Dataset, res: Resources) -> list[dict[str, Any]]:
@@ -101,16 +117,21 @@ def final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, An
     client, exp_id = tracking.experiment_id(root, dataset)
     parent = tracking.start_run(client, exp_id, f"final/{family}", {"dataset": dataset, "family": family,
                                                                      "stage": "final"})
-    tracking.log_params(client, parent, {**searched["best_config"], "seeds": p.seeds, "epochs": p.epochs})
+    tracking.log_params(client, parent, {**searched["best_config"], "seeds": p.seeds, "epochs": p.epochs,
+                                          "lr_factors": p.lr_factors})
     res = p.resources_for(family)
-    jobs = [SeedJob(dataset, family, str(data_dir), searched["best_config"], s, p.epochs, res.cpu,
-                    res.gpu, tracking.tracking_uri(root), exp_id, parent) for s in p.seeds]
+    jobs = [SeedJob(dataset, family, str(data_dir), scaled_lr(searched["best_config"], factor), s, p.epochs,
+                    res.cpu, res.gpu, tracking.tracking_uri(root), exp_id, parent, factor)
+            for factor in (1.0, *p.lr_factors) for s in p.seeds]
     try:
         with ray_session():
             check_shared_storage(tracking.tracking_uri(root))
             check_fits(res, f"final.family_resources.{family}" if family in p.family_resources else "final.resources")
-            runs = _spread(jobs, load_dataset(data_dir), res)
+            done = _spread(jobs, load_dataset(data_dir), res)
+        runs = [r for r in done if r["lr_factor"] == 1.0]
         record = _record(dataset, family, searched, runs, p)
+        record["robustness"] = [_robustness(searched["best_config"], f, [r for r in done if r["lr_factor"] == f])
+                                for f in p.lr_factors]
         best = max(runs, key=lambda r: r["val"]) if searched["mode"] == "max" else min(runs, key=lambda r: r["val"])
         record["model_uri"] = log_model_from_state(best["mlflow_run_id"], tracking.tracking_uri(root), family,
                                                    split_config(searched["best_config"])[1], best["input_channels"],
@@ -118,12 +139,28 @@ def final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, An
         record["model_seed"] = best["seed"]
         record["mlflow_parent_run_id"] = parent
         tracking.log_metrics(client, parent, {k: record[k] for k in ("val_mean", "val_std", "test_mean", "test_std")})
+        for r in record["robustness"]:
+            tracking.log_metrics(client, parent, {f"lr_x{r['lr_factor']:g}_{k}": r[k]
+                                                  for k in ("val_mean", "val_std", "test_mean", "test_std")})
     except BaseException as exc:
         tracking.finish(client, parent, exc)
         raise
     tracking.finish(client, parent)
     write_json(final_result_path(root, dataset, family), record)
     return record
+
+
+def scaled_lr(config: dict[str, Any], factor: float) -> dict[str, Any]:
+    """`config` with its learning rate multiplied by `factor` (every search space searches `lr`)."""
+    return config if factor == 1.0 else {**config, "lr": config["lr"] * factor}
+
+
+def _robustness(config: dict[str, Any], factor: float, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    val_mean, val_std = _summary([r["val"] for r in runs])
+    test_mean, test_std = _summary([r["test"] for r in runs])
+    return {"lr_factor": factor, "lr": config["lr"] * factor, "n_seeds": len(runs),
+            "val_mean": val_mean, "val_std": val_std, "test_mean": test_mean, "test_std": test_std,
+            "seeds": [{k: r[k] for k in ("seed", "val", "test", "curve", "mlflow_run_id")} for r in runs]}
 
 
 def _record(dataset: str, family: str, searched: dict[str, Any], runs: list[dict[str, Any]],

@@ -1,14 +1,22 @@
-"""The `promote` stage: register each dataset's best final model and move alias `champion`.
+"""The `promote` stage: register each dataset's best final model and decide on alias `champion`.
 
 Per dataset the candidate is the family with the best mean validation metric. It is registered
-as a new version of `ctsweep-<dataset>` carrying its metrics and config as tags; the alias moves
-only when the candidate beats the current champion's mean validation metric by more than
-`promote.min_improvement`, or when a person promotes a family by hand (`force`).
+as a version of `ctsweep-<dataset>` (once: running the stage again reuses the version of the
+same final run) carrying its metrics, per-seed scores, config and git commit as tags. The alias
+moves when a person asks for it (`force`, or promoting a family by hand) or when the rule in
+params.yaml says the candidate is better than the current champion:
+
+    mean validation better by more than `promote.min_improvement`, and, when
+    `promote.max_p_value` is set, Welch's t-test on the two models' per-seed validation scores
+    below it (so a lucky seed does not replace a champion).
+
+A family with fewer final seeds than `promote.seeds_required` is refused, whoever asks.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +29,14 @@ from pipeline.config import PromoteParams
 from pipeline.errors import CtsweepError
 from pipeline.io import read_json, write_json
 from pipeline.paths import final_result_path, reports_dir, require
+from pipeline.provenance import git_commit
 from pipeline.report import best_family
+from pipeline.report_tables import fmt
+from pipeline.stats import welch
 
 ALIAS = "champion"
+SUMMARY = ("dataset", "family", "metric", "mode", "val_mean", "val_std", "test_mean", "test_std", "n_seeds",
+           "model_seed")
 
 
 def registered_name(dataset: str) -> str:
@@ -37,56 +50,123 @@ def _champion(client: MlflowClient, name: str) -> Any | None:
         return None
 
 
-def _beats(candidate: float, champion: float, mode: str, margin: float) -> bool:
-    return candidate > champion + margin if mode == "max" else candidate < champion - margin
+def version_tags(record: dict[str, Any], commit: str) -> dict[str, str]:
+    """What a registered version carries: metrics, per-seed scores, config and where it came from."""
+    tags = {k: str(record[k]) for k in SUMMARY}
+    tags.update(config=json.dumps(record["config"], sort_keys=True),
+                val_scores=json.dumps([s["val"] for s in record.get("seeds", [])]),
+                test_scores=json.dumps([s["test"] for s in record.get("seeds", [])]),
+                model_uri=record["model_uri"], final_run_id=str(record.get("mlflow_parent_run_id", "")),
+                git_commit=commit)
+    return tags
 
 
-def _register(client: MlflowClient, name: str, record: dict[str, Any]) -> Any:
+def _register(client: MlflowClient, name: str, record: dict[str, Any], commit: str) -> Any:
+    """The version holding `record`'s model: the existing one if already registered, else a new one."""
     try:
-        client.create_registered_model(name, tags={"dataset": record["dataset"]})
+        client.create_registered_model(name, tags={"dataset": record["dataset"]},
+                                       description=f"ctsweep: the best model found for {record['dataset']}")
     except MlflowException:
         pass  # already registered
-    tags = {k: str(record[k]) for k in ("dataset", "family", "metric", "mode", "val_mean", "val_std",
-                                         "test_mean", "test_std", "n_seeds", "model_seed")}
-    tags["config"] = json.dumps(record["config"], sort_keys=True)
-    return mlflow.register_model(record["model_uri"], name, tags=tags)
+    for v in client.search_model_versions(f"name = '{name}'"):
+        if v.tags.get("model_uri") == record["model_uri"]:
+            return v
+    metric = record["metric"]
+    description = (f"{record['family']}: validation {metric} {fmt(record['val_mean'], record['val_std'], metric)}, "
+                   f"test {fmt(record['test_mean'], record['test_std'], metric)} over {record['n_seeds']} seeds")
+    version = mlflow.register_model(record["model_uri"], name, tags=version_tags(record, commit))
+    client.update_model_version(name, version.version, description=description)
+    return version
+
+
+def judge(candidate: dict[str, Any], champion: dict[str, str] | None, p: PromoteParams) -> tuple[bool, str]:
+    """(better by the rule, why). candidate: a final record; champion: the champion version's tags."""
+    if champion is None:
+        return True, "no champion yet"
+    mode, metric = candidate["mode"], candidate["metric"]
+    ours, theirs = candidate["val_mean"], float(champion["val_mean"])
+    gain = ours - theirs if mode == "max" else theirs - ours
+    shown = f"validation {fmt(ours, None, metric)} vs {fmt(theirs, None, metric)}"
+    if gain <= p.min_improvement:
+        return False, f"not better by more than promote.min_improvement = {p.min_improvement:g} ({shown})"
+    if p.max_p_value is not None:
+        theirs_scores = json.loads(champion.get("val_scores", "[]"))
+        test = welch([s["val"] for s in candidate["seeds"]], theirs_scores)
+        if math.isnan(test.p) or test.p >= p.max_p_value:
+            return False, (f"better on average but Welch p = {test.p:.3f} is not below promote.max_p_value = "
+                           f"{p.max_p_value:g} ({shown})")
+        return True, f"better ({shown}, Welch p = {test.p:.3f})"
+    return True, f"better ({shown})"
+
+
+def side_by_side(name: str, champion: Any | None, record: dict[str, Any]) -> str:
+    """A two-column text table: the current champion and the candidate."""
+    metric = record["metric"]
+    cand = {k: str(v) for k, v in version_tags(record, "").items()}
+    champ = dict(champion.tags) if champion is not None else {}
+    head = f"v{champion.version}" if champion is not None else "(none)"
+
+    def score(tags: dict[str, str], what: str) -> str:
+        return fmt(float(tags[f"{what}_mean"]), float(tags[f"{what}_std"]), metric) if tags else "—"
+
+    rows = [("", f"champion {head}", "candidate"), ("family", champ.get("family", "—"), cand["family"]),
+            (f"validation {metric}", score(champ, "val"), score(cand, "val")),
+            (f"test {metric}", score(champ, "test"), score(cand, "test")),
+            ("seeds", champ.get("n_seeds", "—"), cand["n_seeds"])]
+    champ_cfg = json.loads(champ.get("config", "{}"))
+    for key in sorted(set(record["config"]) | set(champ_cfg)):
+        a, b = champ_cfg.get(key, "—"), record["config"].get(key, "—")
+        rows.append((f"{'* ' if a != b and champ else ''}{key}", str(a), str(b)))
+    width = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = [f"{name}"] + ["  " + "  ".join(c.ljust(w) for c, w in zip(r, width)).rstrip() for r in rows]
+    return "\n".join(lines)
 
 
 def promote_dataset(root: Path, dataset: str, families: list[str], p: PromoteParams,
-                    family: str | None = None) -> dict[str, Any]:
-    """Register the candidate of `dataset` and decide on the alias.
+                    family: str | None = None, force: bool = False, dry_run: bool = False) -> dict[str, Any]:
+    """Decide on the alias of `dataset`'s registered model; returns the decision with its reason.
 
-    With `family` given (a person's choice) the alias moves to that family's model
-    unconditionally; the seed-count rule still applies.
+    `family`: a person's choice of candidate (instead of the best on validation); `family` or
+    `force` moves the alias whatever the rule says. `dry_run`: register nothing, move nothing.
     """
     if family is not None and family not in families:
-        raise CtsweepError(f"family {family!r} has no final results for {dataset}; valid: {families}")
+        raise CtsweepError(f"family {family!r} is not in params.yaml `families` for {dataset}; valid: {families}")
     finals = {f: read_json(require(final_result_path(root, dataset, f), f"ctsweep final {dataset} {f}"))
               for f in ([family] if family else families)}
     chosen = family or best_family(finals)
     record = finals[chosen]
     if record["n_seeds"] < p.seeds_required:
         raise CtsweepError(f"refusing to promote {dataset}/{chosen}: {record['n_seeds']} final seeds, "
-                           f"promote.seeds_required is {p.seeds_required}")
+                           f"promote.seeds_required is {p.seeds_required} (add seeds to final.seeds and rerun "
+                           f"`ctsweep final {dataset} {chosen}`)")
     mlflow.set_tracking_uri(tracking.tracking_uri(root))
     client = MlflowClient()
     name = registered_name(dataset)
     current = _champion(client, name)
-    version = _register(client, name, record)
-    previous = float(current.tags["val_mean"]) if current is not None else None
-    moved = (family is not None or previous is None
-             or _beats(record["val_mean"], previous, record["mode"], p.min_improvement))
+    same = current is not None and current.tags.get("model_uri") == record["model_uri"]
+    better, why = (False, "the candidate is already the champion") if same else judge(
+        record, dict(current.tags) if current is not None else None, p)
+    asked = family is not None or force
+    moved = not same and (better or asked) and not dry_run
+    decision = {"dataset": dataset, "registered_model": name, "candidate_family": chosen,
+                "candidate_val_mean": record["val_mean"], "candidate_n_seeds": record["n_seeds"],
+                "previous_champion_version": int(current.version) if current is not None else None,
+                "previous_champion_family": current.tags.get("family") if current is not None else None,
+                "previous_champion_val_mean": float(current.tags["val_mean"]) if current is not None else None,
+                "better_by_rule": better, "reason": why, "by_hand": asked, "dry_run": dry_run,
+                "alias_moved": moved, "table": side_by_side(name, current, record)}
+    if dry_run:
+        return {**decision, "candidate_version": None,
+                "champion_version": int(current.version) if current is not None else None}
+    version = _register(client, name, record, git_commit(root))
     if moved:
         client.set_registered_model_alias(name, ALIAS, version.version)
-    return {"dataset": dataset, "registered_model": name, "candidate_family": chosen,
-            "candidate_version": int(version.version), "candidate_val_mean": record["val_mean"],
-            "previous_champion_version": int(current.version) if current is not None else None,
-            "previous_champion_val_mean": previous, "alias_moved": moved, "by_hand": family is not None,
-            "champion_version": int(version.version) if moved else int(current.version)}
+    return {**decision, "candidate_version": int(version.version),
+            "champion_version": int(version.version) if moved or same else int(current.version)}
 
 
 def promote(root: Path, datasets: list[str], families: list[str], p: PromoteParams) -> list[dict[str, Any]]:
-    """Apply the automatic rule to every dataset; writes reports/promotion.json."""
+    """Apply the rule to every dataset; writes reports/promotion.json."""
     decisions = [promote_dataset(root, d, families, p) for d in datasets]
-    write_json(reports_dir(root) / "promotion.json", decisions)
+    write_json(reports_dir(root) / "promotion.json", [{k: v for k, v in d.items() if k != "table"} for d in decisions])
     return decisions

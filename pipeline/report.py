@@ -1,36 +1,54 @@
 """The `report` stage: a paper-style table, metrics.json and plots from the final and search results.
 
-    reports/metrics.json           dataset -> family -> {val_mean, val_std, test_mean, test_std,
-                                   n_seeds, metric, params, seconds_per_epoch, n_trials, n_failed}
-    reports/results.md             the same as tables, mean ± std over seeds, best family in bold
-    reports/curves/<dataset>.csv   validation metric per epoch, mean over seeds (DVC plots)
-    reports/lr/<dataset>.csv       search trials: family, lr, best validation metric (DVC plots)
-    reports/plots/*.png            learning curves and metric against learning rate
+    reports/results.md             per dataset: test / validation mean ± std over seeds, the paper's
+                                   figure, Welch's t-test against the best family, parameters,
+                                   s / epoch, trials (failed); learning-rate robustness; fANOVA
+                                   importances; the papers cited; provenance (commit, dvc.lock, params)
+    reports/metrics.json           dataset -> family -> {val_mean, val_std, test_mean, test_std, n_seeds,
+                                   metric, params, seconds_per_epoch, n_trials, n_failed, best, p_vs_best}
+    reports/curves/<dataset>.csv   validation metric per epoch, mean over seeds      (DVC plots)
+    reports/lr/<dataset>.csv       validation metric against learning rate           (DVC plots)
+    reports/bars/<dataset>.csv     test mean ± std per family                        (DVC plots)
+    reports/plots/*.png            the same as pictures (pipeline.plots)
+
+The best family per dataset is chosen on the validation metric only. The report and the plots
+of a dataset are also logged as artifacts (folder `report`) of that dataset's final runs.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
+import statistics
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display on servers and CI
-import matplotlib.pyplot as plt  # noqa: E402
-
-from pipeline.io import read_json, write_json, write_text  # noqa: E402
-from pipeline.paths import final_result_path, reports_dir, require, search_result_path  # noqa: E402
+from pipeline import plots, tracking
+from pipeline.errors import MissingInputError
+from pipeline.io import read_json, write_json, write_text
+from pipeline.paths import final_result_path, reports_dir, require, search_result_path
+from pipeline.provenance import stamp
+from pipeline.references import References, load_references
+from pipeline.report_tables import (provenance_lines, references_lines, results_table, robustness_lines,
+                                    sensitivity_lines)
+from pipeline.stats import welch
 
 METRIC_KEYS = ("val_mean", "val_std", "test_mean", "test_std", "n_seeds", "metric", "params",
                "seconds_per_epoch", "n_trials", "n_failed")
 
 
 def collect(root: Path, datasets: list[str], families: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Read every final result; a missing one names the stage that produces it."""
-    return {d: {f: read_json(require(final_result_path(root, d, f), f"ctsweep final {d} {f}")) for f in families}
-            for d in datasets}
+    """Every final result; the missing ones are named together with the stage that produces them."""
+    missing = [(d, f) for d in datasets for f in families if not final_result_path(root, d, f).exists()]
+    if missing:
+        by_dataset = {d: [f for dd, f in missing if dd == d] for d, _ in missing}
+        what = "; ".join(f"{d}: {', '.join(fs)}" for d, fs in by_dataset.items())
+        first = missing[0]
+        raise MissingInputError(
+            f"no final results for {what} (looked in {final_result_path(root, *first).parent}); run the final "
+            f"stage first: `ctsweep final {first[0]} {first[1]}` for each pair, or `dvc repro` for all")
+    return {d: {f: read_json(final_result_path(root, d, f)) for f in families} for d in datasets}
 
 
 def best_family(results: dict[str, dict[str, Any]]) -> str:
@@ -38,31 +56,6 @@ def best_family(results: dict[str, dict[str, Any]]) -> str:
     mode = next(iter(results.values()))["mode"]
     pick = max if mode == "max" else min
     return pick(results, key=lambda f: results[f]["val_mean"])
-
-
-def _fmt(mean: float, std: float, metric: str) -> str:
-    if metric == "accuracy":  # percent, as the papers print it
-        return f"{100 * mean:.2f} ± {100 * std:.2f}"
-    return f"{mean:.4f} ± {std:.4f}"
-
-
-def results_markdown(finals: dict[str, dict[str, dict[str, Any]]]) -> str:
-    lines = ["# Results", "",
-             "Mean ± sample standard deviation over the final seeds; the family with the best mean",
-             "validation metric per dataset is in bold (chosen on validation only). Accuracy in %.", ""]
-    for dataset, results in finals.items():
-        best = best_family(results)
-        metric = next(iter(results.values()))["metric"]
-        lines += [f"## {dataset} ({metric})", "",
-                  "| family | test | validation | seeds | parameters | s / epoch | trials (failed) |",
-                  "|---|---|---|---|---|---|---|"]
-        for family, r in results.items():
-            name = f"**{family}**" if family == best else family
-            lines.append(f"| {name} | {_fmt(r['test_mean'], r['test_std'], metric)} | "
-                         f"{_fmt(r['val_mean'], r['val_std'], metric)} | {r['n_seeds']} | {r['params']:,} | "
-                         f"{r['seconds_per_epoch']:.2f} | {r['n_trials']} ({r['n_failed']}) |")
-        lines.append("")
-    return "\n".join(lines)
 
 
 def _csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -81,59 +74,112 @@ def mean_curves(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"epoch": e + 1}
         for family, r in results.items():
             values = [s["curve"][e] for s in r["seeds"] if len(s["curve"]) > e]
-            row[family] = round(sum(values) / len(values), 6) if values else ""
+            row[family] = round(statistics.fmean(values), 6) if values else ""
         rows.append(row)
     return rows
 
 
-def lr_points(root: Path, dataset: str, families: list[str]) -> list[dict[str, Any]]:
-    """Every successful search trial's learning rate and best validation metric."""
-    rows = []
-    for family in families:
-        searched = read_json(require(search_result_path(root, dataset, family), f"ctsweep search {dataset} {family}"))
-        rows += [{"family": family, "lr": t["config"]["lr"], "val_metric": t["best_val"]}
-                 for t in searched["trials"] if t["best_val"] is not None]
+def read_searches(root: Path, dataset: str, families: list[str]) -> dict[str, dict[str, Any]]:
+    return {f: read_json(require(search_result_path(root, dataset, f), f"ctsweep search {dataset} {f}"))
+            for f in families}
+
+
+def lr_points(searches: dict[str, dict[str, Any]], finals: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Validation metric against learning rate: every successful search trial (its best epoch) and
+    the final reruns' mean at the searched lr and at each robustness factor."""
+    rows = [{"family": f, "source": "search", "lr": t["config"]["lr"], "val_metric": t["best_val"]}
+            for f, s in searches.items() for t in s["trials"] if t["best_val"] is not None]
+    for f, r in finals.items():
+        rows.append({"family": f, "source": "final x1", "lr": r["config"]["lr"], "val_metric": r["val_mean"]})
+        rows += [{"family": f, "source": f"final x{x['lr_factor']:g}", "lr": x["lr"], "val_metric": x["val_mean"]}
+                 for x in r.get("robustness", [])]
     return rows
 
 
-def _plot_curves(path: Path, dataset: str, rows: list[dict[str, Any]], families: list[str], metric: str) -> None:
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for f in families:
-        points = [(r["epoch"], r[f]) for r in rows if r[f] != ""]
-        ax.plot(*zip(*points), marker="o", label=f)
-    ax.set(title=f"{dataset}: learning curves (mean over seeds)", xlabel="epoch", ylabel=f"validation {metric}")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+def _metrics(results: dict[str, dict[str, Any]], best: str) -> dict[str, dict[str, Any]]:
+    out = {}
+    for f, r in results.items():
+        p = None if f == best else welch([s["test"] for s in r["seeds"]], [s["test"] for s in results[best]["seeds"]]).p
+        out[f] = {**{k: r[k] for k in METRIC_KEYS}, "best": f == best,
+                  "p_vs_best": None if p is None or math.isnan(p) else round(p, 6)}
+    return out
 
 
-def _plot_lr(path: Path, dataset: str, rows: list[dict[str, Any]], families: list[str], metric: str) -> None:
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for f in families:
-        points = sorted((r["lr"], r["val_metric"]) for r in rows if r["family"] == f)
-        if points:
-            ax.plot(*zip(*points), marker="o", linestyle="--", label=f)
-    ax.set(xscale="log", title=f"{dataset}: search trials", xlabel="learning rate", ylabel=f"best validation {metric}")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+def _paper_points(refs: References, dataset: str, results: dict[str, dict[str, Any]]) -> dict[str, float]:
+    points = {}
+    for f, r in results.items():
+        figures = [x for x in refs.for_pair(dataset, f) if x.metric == r["metric"]]
+        if figures:
+            points[f] = figures[0].as_fraction()[0]
+    return points
+
+
+def _write_dataset(out: Path, dataset: str, results: dict[str, dict[str, Any]],
+                   searches: dict[str, dict[str, Any]], best: str, refs: References) -> list[Path]:
+    """Plot data and PNGs of one dataset; returns the PNG paths."""
+    metric, families = results[best]["metric"], list(results)
+    points = lr_points(searches, results)
+    write_text(out / "curves" / f"{dataset}.csv", _csv(mean_curves(results), ["epoch", *families]))
+    write_text(out / "lr" / f"{dataset}.csv", _csv(points, ["family", "source", "lr", "val_metric"]))
+    write_text(out / "bars" / f"{dataset}.csv",
+               _csv([{"family": f, "test_mean": r["test_mean"], "test_std": r["test_std"]} for f, r in results.items()],
+                    ["family", "test_mean", "test_std"]))
+    pngs = [out / "plots" / f"{dataset}_{kind}.png" for kind in ("curves", "lr", "test")]
+    plots.plot_curves(pngs[0], dataset, results, metric)
+    plots.plot_lr(pngs[1], dataset, [p for p in points if p["source"] == "search"], results, metric)
+    plots.plot_test_bars(pngs[2], dataset, results, best, metric, _paper_points(refs, dataset, results))
+    return pngs
+
+
+def results_markdown(root: Path, finals: dict[str, dict[str, dict[str, Any]]],
+                     searches: dict[str, dict[str, dict[str, Any]]], refs: References,
+                     provenance: dict[str, Any]) -> str:
+    commit = provenance["commit"]
+    lines = ["# Results", "",
+             f"Produced by `ctsweep report` at git commit `{commit[:12]}{commit[40:]}` (full provenance at the end).",
+             "Mean ± sample standard deviation over the final seeds. The best family per dataset (chosen on",
+             "validation only) is in bold; every other family's test difference to it comes with the two-sided",
+             "p-value of Welch's t-test on the per-seed test scores (* p < 0.05). Accuracy in %.", ""]
+    cited: dict[str, int] = {}
+    for dataset, results in finals.items():
+        best = best_family(results)
+        lines += results_table(dataset, results, best, refs, cited)
+        lines += [f"![{dataset} test](plots/{dataset}_test.png) ![{dataset} curves](plots/{dataset}_curves.png)",
+                  f"![{dataset} learning rate](plots/{dataset}_lr.png)", ""]
+        lines += robustness_lines(results, results[best]["mode"], results[best]["metric"])
+        lines += sensitivity_lines(searches[dataset])
+    lines += references_lines(refs, cited)
+    lines += provenance_lines(provenance)
+    return "\n".join(lines)
+
+
+def log_to_mlflow(root: Path, finals: dict[str, dict[str, dict[str, Any]]], report: Path,
+                  pngs: dict[str, list[Path]]) -> int:
+    """Attach the report and each dataset's plots to that dataset's final (parent) runs; returns
+    how many runs got them. Records without a run id (hand-made results) are skipped."""
+    runs = [(d, r["mlflow_parent_run_id"]) for d, res in finals.items() for r in res.values()
+            if r.get("mlflow_parent_run_id")]
+    if not runs:
+        return 0
+    client = tracking.MlflowClient(tracking.tracking_uri(root))
+    for dataset, run_id in runs:
+        for path in (report, *pngs[dataset]):
+            client.log_artifact(run_id, str(path), artifact_path="report")
+    return len(runs)
 
 
 def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, Any]:
     """Write metrics.json, results.md, the plot data and the PNG plots; returns metrics.json's content."""
     finals = collect(root, datasets, families)
+    searches = {d: read_searches(root, d, families) for d in datasets}
+    refs = load_references(root)
     out = reports_dir(root)
-    metrics = {d: {f: {k: r[k] for k in METRIC_KEYS} for f, r in res.items()} for d, res in finals.items()}
+    metrics, pngs = {}, {}
     for dataset, results in finals.items():
-        metric = next(iter(results.values()))["metric"]
-        curves, points = mean_curves(results), lr_points(root, dataset, families)
-        write_text(out / "curves" / f"{dataset}.csv", _csv(curves, ["epoch", *families]))
-        write_text(out / "lr" / f"{dataset}.csv", _csv(points, ["family", "lr", "val_metric"]))
-        (out / "plots").mkdir(parents=True, exist_ok=True)
-        _plot_curves(out / "plots" / f"{dataset}_curves.png", dataset, curves, families, metric)
-        _plot_lr(out / "plots" / f"{dataset}_lr.png", dataset, points, families, metric)
-    write_text(out / "results.md", results_markdown(finals))
+        best = best_family(results)
+        metrics[dataset] = _metrics(results, best)
+        pngs[dataset] = _write_dataset(out, dataset, results, searches[dataset], best, refs)
+    write_text(out / "results.md", results_markdown(root, finals, searches, refs, stamp(root, datasets, families)))
     write_json(out / "metrics.json", metrics)
+    log_to_mlflow(root, finals, out / "results.md", pngs)
     return metrics

@@ -22,7 +22,7 @@ from typing import Any
 from ray import tune
 from ray.tune.search import ConcurrencyLimiter
 
-from pipeline import run_lookup, tracking
+from pipeline import run_lookup, sensitivity, tracking
 from pipeline.cluster import check_fits, check_shared_storage, is_uri, ray_session
 from pipeline.config import Resources, SearchParams
 from pipeline.data.contract import load_dataset, load_meta
@@ -177,16 +177,30 @@ def _run(root: Path, dataset: str, family: str, p: SearchParams, res: Resources,
     records = _trial_records(grid, meta.mode, p.trial_seed)
     _close_runs(client, records, p.epochs)
     _close_orphans(client, exp_id, parent, records)
-    states = optuna_states(_searcher_of(tuner))
-    tracking.set_tags(client, parent, {"optuna_states": json.dumps(states, sort_keys=True)})
+    searcher = _searcher_of(tuner)
+    states = optuna_states(searcher)
+    study = _persist(root, dataset, family, p, meta.metric, parent, searcher)  # failed searches too
+    tracking.set_tags(client, parent, {"optuna_states": json.dumps(states, sort_keys=True), **study})
     record = _summarise(dataset, family, meta.metric, meta.mode, space, p, records, parent)
     scheduler = tuner._local_tuner._tune_config.scheduler  # the one that ran, restored or not
     record.update(optuna_states=states, ray_experiment_path=path, resumed=resumed,
-                  asha_rungs={f"{m:g}": n for m, n in sorted(scheduler.rung_sizes().items())})
+                  asha_rungs={f"{m:g}": n for m, n in sorted(scheduler.rung_sizes().items())}, **study,
+                  importance=sensitivity.importances(study["optuna_storage"], study["optuna_study"],
+                                                     min(p.asha.grace_period, p.epochs), p.sampler_seed))
     tracking.log_metrics(client, parent, {"best_val": record["best_val"], "n_trials": record["n_trials"],
                                           "n_failed": record["n_failed"]})
     tracking.log_params(client, parent, {"best." + k: v for k, v in record["best_config"].items()})
     return record
+
+
+def _persist(root: Path, dataset: str, family: str, p: SearchParams, metric: str, parent: str,
+             searcher: Any) -> dict[str, str]:
+    """Copy the searcher's study to the project's Optuna storage; returns where it went."""
+    url = sensitivity.storage_url(root, p.optuna_storage)
+    name = sensitivity.persist_study(searcher._ot_study, url, sensitivity.study_name(dataset, family, parent),
+                                     {"dataset": dataset, "family": family, "metric": metric,
+                                      "mlflow_parent_run_id": parent, "epochs": p.epochs})
+    return {"optuna_storage": url, "optuna_study": name}
 
 
 def _error_message(error: BaseException) -> str:

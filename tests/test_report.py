@@ -1,17 +1,20 @@
-"""The report on hand-made final results: statistics, best family, table and plot data."""
+"""The report on hand-made final results: statistics, best family, table, robustness, references,
+provenance and plot data."""
 
 from __future__ import annotations
 
 import csv
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from pipeline.errors import MissingInputError
+from pipeline.errors import ConfigError, MissingInputError
 from pipeline.final import _summary
 from pipeline.paths import final_result_path, search_result_path
 from pipeline.report import best_family, report
+from pipeline.stats import welch
 
 
 def _write(path: Path, data: dict) -> None:
@@ -19,19 +22,38 @@ def _write(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data))
 
 
-def _final(family: str, vals: list[float], tests: list[float], mode: str = "max") -> dict:
+def _final(family: str, vals: list[float], tests: list[float], lr: float = 1e-3, mode: str = "max",
+           robust: dict[float, list[float]] | None = None) -> dict:
     val_mean, val_std = _summary(vals)
     test_mean, test_std = _summary(tests)
+    robustness = [{"lr_factor": f, "lr": lr * f, "n_seeds": len(v), "val_mean": _summary(v)[0],
+                   "val_std": _summary(v)[1], "test_mean": 0.5, "test_std": 0.0, "seeds": []}
+                  for f, v in (robust or {}).items()]
     return {"dataset": "d", "family": family, "metric": "accuracy", "mode": mode, "n_seeds": len(vals),
-            "val_mean": val_mean, "val_std": val_std, "test_mean": test_mean, "test_std": test_std,
-            "params": 1234, "seconds_per_epoch": 0.5, "n_trials": 4, "n_failed": 1,
-            "seeds": [{"seed": i, "curve": [0.5, v]} for i, v in enumerate(vals)]}
+            "config": {"lr": lr}, "val_mean": val_mean, "val_std": val_std, "test_mean": test_mean,
+            "test_std": test_std, "params": 1234, "seconds_per_epoch": 0.5, "n_trials": 4, "n_failed": 1,
+            "robustness": robustness,
+            "seeds": [{"seed": i, "val": v, "test": t, "curve": [0.5, v]} for i, (v, t) in enumerate(zip(vals, tests))]}
 
 
-def test_summary_is_mean_and_sample_std() -> None:
-    mean, std = _summary([0.9, 0.8, 1.0])
-    assert mean == pytest.approx(0.9) and std == pytest.approx(0.1)
-    assert _summary([0.7]) == (0.7, 0.0)
+def _search(lrs: list[float], importance: dict | None = None) -> dict:
+    return {"trials": [{"config": {"lr": lr}, "best_val": 0.5} for lr in lrs] + [{"config": {"lr": 1}, "best_val": None}],
+            "optuna_study": "d/x/abc", "importance": importance}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    a_tests, b_tests = [0.85, 0.8, 0.9], [0.6, 0.6, 0.62]
+    _write(final_result_path(tmp_path, "d", "a"),
+           _final("a", [0.9, 0.8, 1.0], a_tests, robust={0.8: [0.7, 0.72, 0.74], 1.25: [0.9, 0.92, 0.94]}))
+    _write(final_result_path(tmp_path, "d", "b"),
+           _final("b", [0.6, 0.7, 0.65], b_tests, lr=3e-4, robust={0.8: [0.8, 0.8, 0.8], 1.25: [0.6, 0.6, 0.6]}))
+    imp = {"evaluator": "fanova", "complete": {"n_trials": 2, "values": None, "reason": "2 trial(s), at least 3 needed"},
+           "epoch 2": {"n_trials": 4, "values": {"lr": 0.7, "hidden_size": 0.3}, "reason": None}}
+    _write(search_result_path(tmp_path, "d", "a"), _search([1e-3, 1e-2], imp))
+    _write(search_result_path(tmp_path, "d", "b"), _search([3e-4]))
+    (tmp_path / "params.yaml").write_text("datasets: [d]\nfamilies: [a, b]\nprepare: {d: {kind: xor}}\n")
+    return tmp_path
 
 
 def test_best_family_uses_validation_and_direction() -> None:
@@ -43,23 +65,86 @@ def test_best_family_uses_validation_and_direction() -> None:
     assert best_family(results) == "b"
 
 
-def test_report_writes_table_metrics_and_plot_data(tmp_path: Path) -> None:
-    _write(final_result_path(tmp_path, "d", "a"), _final("a", [0.9, 0.8, 1.0], [0.85, 0.8, 0.9]))
-    _write(final_result_path(tmp_path, "d", "b"), _final("b", [0.6, 0.7, 0.65], [0.6, 0.6, 0.6]))
-    for f, lrs in (("a", [1e-3, 1e-2]), ("b", [3e-4])):
-        _write(search_result_path(tmp_path, "d", f),
-               {"trials": [{"config": {"lr": lr}, "best_val": 0.5} for lr in lrs] + [{"config": {"lr": 1}, "best_val": None}]})
-    metrics = report(tmp_path, ["d"], ["a", "b"])
-    assert metrics["d"]["a"]["val_mean"] == pytest.approx(0.9) and metrics["d"]["b"]["n_failed"] == 1
-    table = (tmp_path / "reports" / "results.md").read_text()
-    assert "| **a** | 85.00 ± 5.00 | 90.00 ± 10.00 | 3 | 1,234 | 0.50 | 4 (1) |" in table
-    assert "| b | 60.00 ± 0.00 |" in table
-    rows = list(csv.DictReader((tmp_path / "reports" / "lr" / "d.csv").open()))
-    assert [(r["family"], float(r["lr"])) for r in rows] == [("a", 1e-3), ("a", 1e-2), ("b", 3e-4)]
-    curves = list(csv.DictReader((tmp_path / "reports" / "curves" / "d.csv").open()))
+def test_table_marks_the_best_and_tests_every_family_against_it(project: Path) -> None:
+    metrics = report(project, ["d"], ["a", "b"])
+    assert metrics["d"]["a"]["best"] and metrics["d"]["a"]["p_vs_best"] is None
+    p = welch([0.6, 0.6, 0.62], [0.85, 0.8, 0.9]).p
+    assert metrics["d"]["b"]["p_vs_best"] == pytest.approx(p, abs=1e-6) and p < 0.05
+    table = (project / "reports" / "results.md").read_text()
+    assert "| **a** (best) | 85.00 ± 5.00 | 90.00 ± 10.00 | — | best | 3 | 1,234 | 0.50 | 4 (1) |" in table
+    assert f"| b | 60.67 ± 1.15 | 65.00 ± 5.00 | — | -24.33 (p = {p:.3f} *) |" in table
+
+
+def test_robustness_says_whether_the_ranking_survives(project: Path) -> None:
+    report(project, ["d"], ["a", "b"])
+    table = (project / "reports" / "results.md").read_text()
+    assert "| a | 72.00 ± 2.00 | 90.00 ± 10.00 | 92.00 ± 2.00 |" in table
+    assert "lr × 0.8: ranking b > a; Kendall τ = -1.00 against the searched learning rate; the best family becomes b" in table
+    assert "lr × 1.25: ranking a > b; Kendall τ = 1.00 against the searched learning rate; the best family stays best" in table
+    rows = list(csv.DictReader((project / "reports" / "lr" / "d.csv").open()))
+    assert [(r["family"], r["source"], float(r["lr"])) for r in rows][:3] == [
+        ("a", "search", 1e-3), ("a", "search", 1e-2), ("b", "search", 3e-4)]
+    assert ("a", "final x0.8", pytest.approx(8e-4)) in [(r["family"], r["source"], float(r["lr"])) for r in rows]
+
+
+def test_sensitivity_uses_the_best_available_basis(project: Path) -> None:
+    report(project, ["d"], ["a", "b"])
+    table = (project / "reports" / "results.md").read_text()
+    assert "| a | epoch 2 (4) | lr 0.70, hidden_size 0.30 | `d/x/abc` |" in table
+    assert "| b | — | not computed" in table
+
+
+def test_paper_figures_are_shown_with_their_citation(project: Path) -> None:
+    (project / "references.yaml").write_text(
+        "sources:\n  p1: {citation: 'Someone et al. 2022, A paper', url: 'https://example.org'}\n"
+        "figures:\n  - {dataset: d, family: b, metric: accuracy, mean: 99.42, std: 0.42, unit: percent,"
+        " source: p1, where: Table 4, note: 100k samples}\n")
+    report(project, ["d"], ["a", "b"])
+    table = (project / "reports" / "results.md").read_text()
+    assert "| b | 60.67 ± 1.15 | 65.00 ± 5.00 | 99.42 ± 0.42 [1] |" in table
+    assert "[1] Someone et al. 2022, A paper <https://example.org>" in table and "Table 4; 100k samples" in table
+
+
+def test_bad_reference_file_names_the_key(project: Path) -> None:
+    (project / "references.yaml").write_text(
+        "sources: {}\nfigures:\n  - {dataset: d, family: b, metric: accuracy, mean: 1, unit: percent,"
+        " source: nowhere, where: T1}\n")
+    with pytest.raises(ConfigError, match=r"references.yaml.*'nowhere' is not a key of `sources`"):
+        report(project, ["d"], ["a", "b"])
+    (project / "references.yaml").write_text("sources: {}\nfigures:\n  - {dataset: d, metric: f1}\n")
+    with pytest.raises(ConfigError, match=r"key `figures.0.metric`.*key `figures.0.family`|key `figures.0.family`"):
+        report(project, ["d"], ["a", "b"])
+
+
+def test_report_is_stamped_with_commit_dvc_lock_and_params(project: Path) -> None:
+    (project / "dvc.lock").write_text(
+        "schema: '2.0'\nstages:\n  prepare@d:\n    cmd: ctsweep prepare d\n    outs:\n"
+        "    - path: data/processed/d\n      md5: 0123abcd.dir\n")
+    for cmd in (["git", "init", "-q"], ["git", "add", "params.yaml"],
+                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(cmd, cwd=project, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True).stdout.strip()
+    report(project, ["d"], ["a", "b"])
+    table = (project / "reports" / "results.md").read_text()
+    assert f"git commit: `{head}`" in table and "`prepare@d`: `data/processed/d` 0123abcd.dir" in table
+    assert '"families": [\n  "a",\n  "b"\n ]' in table
+    (project / "params.yaml").write_text((project / "params.yaml").read_text() + "# edited\n")
+    report(project, ["d"], ["a", "b"])
+    assert f"`{head} (uncommitted changes)`" in (project / "reports" / "results.md").read_text()
+
+
+def test_plots_and_plot_data_are_written(project: Path) -> None:
+    report(project, ["d"], ["a", "b"])
+    for kind in ("curves", "lr", "test"):
+        assert (project / "reports" / "plots" / f"d_{kind}.png").stat().st_size > 5000
+    curves = list(csv.DictReader((project / "reports" / "curves" / "d.csv").open()))
     assert float(curves[1]["a"]) == pytest.approx(0.9) and len(curves) == 2
+    bars = list(csv.DictReader((project / "reports" / "bars" / "d.csv").open()))
+    assert [(b["family"], round(float(b["test_mean"]), 4)) for b in bars] == [("a", 0.85), ("b", 0.6067)]
 
 
-def test_missing_final_names_the_stage(tmp_path: Path) -> None:
-    with pytest.raises(MissingInputError, match="ctsweep final d a"):
-        report(tmp_path, ["d"], ["a"])
+def test_missing_final_names_the_stage_to_run(tmp_path: Path) -> None:
+    _write(final_result_path(tmp_path, "d", "a"), _final("a", [0.9], [0.8]))
+    with pytest.raises(MissingInputError, match=r"no final results for d: b, c .*`ctsweep final d b`.*dvc repro"):
+        report(tmp_path, ["d"], ["a", "b", "c"])
+    assert not (tmp_path / "reports").exists()  # nothing half-written

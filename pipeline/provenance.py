@@ -1,0 +1,57 @@
+"""What produced a report: the git commit, the data and result hashes DVC recorded, the params.
+
+A table is only as good as the trace back to its inputs: the report prints these so anyone can
+check out the same commit, `dvc checkout` the same data and rerun.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import read_yaml
+
+
+def git_commit(root: Path) -> str:
+    """HEAD's hash, with " (uncommitted changes)" when tracked files differ; "not a git repository"."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        head = git("rev-parse", "HEAD")
+    except (OSError, subprocess.CalledProcessError):
+        return "not a git repository (or no commit yet)"
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return f"{head} (uncommitted changes)" if dirty else head
+
+
+def dvc_hashes(root: Path, stages: list[str]) -> dict[str, dict[str, str]]:
+    """{stage: {output path: md5}} from dvc.lock for the named stages (those DVC has run)."""
+    lock_path = root / "dvc.lock"
+    if not lock_path.exists():
+        return {}
+    lock = read_yaml(lock_path) or {}
+    out: dict[str, dict[str, str]] = {}
+    for stage in stages:
+        entry = lock.get("stages", {}).get(stage)
+        if entry:
+            out[stage] = {o["path"]: o.get("md5", "?") for o in entry.get("outs", [])}
+    return out
+
+
+def stages_of(datasets: list[str], families: list[str]) -> list[str]:
+    """The dvc.lock stage names whose outputs the report reads, as dvc.yaml names them."""
+    names = [f"prepare@{d}" for d in datasets]
+    for kind in ("search", "final"):
+        names += [f"{kind}@{d}-{f}" for d in datasets for f in families]
+    return names
+
+
+def stamp(root: Path, datasets: list[str], families: list[str]) -> dict[str, Any]:
+    """{"commit", "dvc_lock": {stage: {path: md5}}, "params": the params.yaml sections used}."""
+    raw = read_yaml(root / "params.yaml") or {}
+    params = {k: raw[k] for k in ("datasets", "families", "search", "final", "promote") if k in raw}
+    params["prepare"] = {d: raw.get("prepare", {}).get(d) for d in datasets}
+    return {"commit": git_commit(root), "dvc_lock": dvc_hashes(root, stages_of(datasets, families)),
+            "params": params}

@@ -1,0 +1,147 @@
+"""The Markdown of reports/results.md: result tables, robustness, sensitivity and provenance.
+
+Every function takes plain records (the final and search JSON files) and returns lines; the
+`report` stage joins them. Accuracy prints in %, as the papers do; other metrics as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from pipeline.references import Figure, References
+from pipeline.stats import kendall_tau, ranking, welch
+
+ALPHA = 0.05  # "significantly different" in the table's wording
+
+
+def fmt(mean: float, std: float | None, metric: str) -> str:
+    k, digits = (100.0, 2) if metric == "accuracy" else (1.0, 4)
+    return f"{k * mean:.{digits}f}" + ("" if std is None else f" ± {k * std:.{digits}f}")
+
+
+def _diff(diff: float, metric: str) -> str:
+    k, digits = (100.0, 2) if metric == "accuracy" else (1.0, 4)
+    return f"{k * diff:+.{digits}f}"
+
+
+def _scores(record: dict[str, Any], split: str) -> list[float]:
+    return [s[split] for s in record["seeds"]]
+
+
+def versus_best(record: dict[str, Any], best: dict[str, Any], metric: str) -> str:
+    """Test difference to the best family and Welch's two-sided p-value on per-seed test scores."""
+    if record is best:
+        return "best"
+    w = welch(_scores(record, "test"), _scores(best, "test"))
+    p = "p n/a" if math.isnan(w.p) else f"p = {w.p:.3f}" + (" *" if w.p < ALPHA else "")
+    return f"{_diff(w.diff, metric)} ({p})"
+
+
+def _paper(figures: list[Figure], metric: str, cited: dict[str, int]) -> str:
+    cells = []
+    for f in figures:
+        mean, std = f.as_fraction()
+        number = cited.setdefault(f.source, len(cited) + 1)
+        cells.append(f"{fmt(mean, std, metric)} [{number}]")
+    return "; ".join(cells) or "—"
+
+
+def results_table(dataset: str, finals: dict[str, dict[str, Any]], best: str, refs: References,
+                  cited: dict[str, int]) -> list[str]:
+    """One dataset's table; `cited` (source key -> footnote number) grows with the papers cited."""
+    metric = finals[best]["metric"]
+    lines = [f"## {dataset} ({metric}{', %' if metric == 'accuracy' else ''})", "",
+             "| family | test | validation | paper (test) | Δ test vs best (Welch) | seeds | parameters "
+             "| s / epoch | trials (failed) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for family, r in finals.items():
+        name = f"**{family}** (best)" if family == best else family
+        figures = [f for f in refs.for_pair(dataset, family) if f.metric == metric]
+        lines.append(f"| {name} | {fmt(r['test_mean'], r['test_std'], metric)} | "
+                     f"{fmt(r['val_mean'], r['val_std'], metric)} | {_paper(figures, metric, cited)} | "
+                     f"{versus_best(r, finals[best], metric)} | {r['n_seeds']} | {r['params']:,} | "
+                     f"{r['seconds_per_epoch']:.2f} | {r['n_trials']} ({r['n_failed']}) |")
+    return lines + [""]
+
+
+def robustness_lines(finals: dict[str, dict[str, Any]], mode: str, metric: str) -> list[str]:
+    """Validation mean ± std at each learning-rate factor and whether the ranking survives."""
+    factors = sorted({x["lr_factor"] for r in finals.values() for x in r.get("robustness", [])})
+    if not factors:
+        return []
+    columns = sorted([*factors, 1.0])
+    lines = ["**Learning-rate robustness** (validation, the best configuration rerun on every seed with "
+             "its learning rate times each factor):", "",
+             "| family | " + " | ".join(f"lr × {f:g}" for f in columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    at: dict[float, dict[str, float]] = {f: {} for f in columns}
+    for family, r in finals.items():
+        cells = {1.0: (r["val_mean"], r["val_std"])}
+        cells.update({x["lr_factor"]: (x["val_mean"], x["val_std"]) for x in r.get("robustness", [])})
+        for f, (m, _) in cells.items():
+            at[f][family] = m
+        lines.append(f"| {family} | " + " | ".join(fmt(*cells[f], metric) if f in cells else "—" for f in columns) + " |")
+    lines.append("")
+    nominal = ranking(at[1.0], mode)
+    for f in factors:
+        shared = [x for x in nominal if x in at[f]]
+        moved = ranking(at[f], mode)
+        tau = kendall_tau(shared, [x for x in moved if x in shared])
+        verdict = "the best family stays best" if moved[0] == nominal[0] else f"the best family becomes {moved[0]}"
+        lines.append(f"- lr × {f:g}: ranking {' > '.join(moved)}; Kendall τ = {tau:.2f} against the searched "
+                     f"learning rate; {verdict}.")
+    return lines + [""]
+
+
+def sensitivity_lines(searches: dict[str, dict[str, Any]]) -> list[str]:
+    """Per family, fANOVA importances of the search's hyperparameters (largest first)."""
+    lines = ["**Hyperparameter importance** (Optuna fANOVA on each search's persisted study; "
+             "`complete`: final validation metric of the trials that ran every epoch, `epoch g`: "
+             "the metric every trial reached at ASHA's first rung):", "",
+             "| family | basis (trials) | importance | Optuna study |", "|---|---|---|---|"]
+    for family, s in searches.items():
+        imp = s.get("importance")
+        if not imp:
+            lines.append(f"| {family} | — | not computed (search predates importances) | — |")
+            continue
+        bases = [(k, v) for k, v in imp.items() if k != "evaluator"]
+        usable = [(k, v) for k, v in bases if v["values"]]
+        basis, chosen = (usable or bases)[0]
+        if chosen["values"]:
+            top = sorted(chosen["values"].items(), key=lambda kv: -kv[1])[:4]
+            text = ", ".join(f"{k} {v:.2f}" for k, v in top)
+        else:
+            text = f"not enough data: {chosen['reason']}"
+        lines.append(f"| {family} | {basis} ({chosen['n_trials']}) | {text} | `{s.get('optuna_study', '—')}` |")
+    return lines + [""]
+
+
+def references_lines(refs: References, cited: dict[str, int]) -> list[str]:
+    if not cited:
+        return []
+    lines = ["## Paper figures", "",
+             "Reported by the source papers for the same dataset and model, read from `references.yaml`; "
+             "their training budgets differ from this profile's (notes below).", ""]
+    for key, number in sorted(cited.items(), key=lambda kv: kv[1]):
+        src = refs.sources[key]
+        lines.append(f"[{number}] {src.citation}" + (f" <{src.url}>" if src.url else ""))
+        for f in refs.figures:
+            if f.source == key:
+                note = f"; {f.note}" if f.note else ""
+                lines.append(f"  - {f.dataset} / {f.family}: {f.where}{note}")
+    return lines + [""]
+
+
+def provenance_lines(stamp: dict[str, Any]) -> list[str]:
+    lines = ["## Provenance", "", f"- git commit: `{stamp['commit']}`"]
+    if stamp["dvc_lock"]:
+        lines.append("- data and results (md5 from `dvc.lock`):")
+        for stage, outs in stamp["dvc_lock"].items():
+            lines += [f"  - `{stage}`: `{path}` {md5}" for path, md5 in outs.items()]
+    else:
+        lines.append("- no `dvc.lock`: this report was not produced by `dvc repro`")
+    lines += ["", "<details><summary>params.yaml sections used</summary>", "", "```json",
+              json.dumps(stamp["params"], indent=1, sort_keys=True), "```", "", "</details>", ""]
+    return lines
