@@ -42,6 +42,11 @@ test-fast: install
 mlflow-ui: install
 	mlflow ui --backend-store-uri sqlite:///$(abspath mlflow.db) --host 127.0.0.1 --port 5000
 
+# `make optuna-dashboard`: every search's Optuna study (search.optuna_storage) at http://127.0.0.1:8080
+.PHONY: optuna-dashboard
+optuna-dashboard: install
+	optuna-dashboard sqlite:///$(abspath optuna.db) --host 127.0.0.1 --port 8080
+
 # `make mlflow-server`: the tracking server trials on every node log to (MLFLOW_TRACKING_URI=
 # http://<host>:<port>). It serves ./mlflow.db and proxies artifacts into ./mlartifacts, so
 # clients need no shared disk. Bound to 127.0.0.1 unless MLFLOW_HOST says otherwise; see the

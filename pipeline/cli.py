@@ -125,22 +125,59 @@ def report(root: Path = ROOT) -> None:
 @app.command()
 @_stage
 def promote(
-    dataset: Optional[str] = typer.Option(None, help="Promote by hand: this dataset ..."),
-    family: Optional[str] = typer.Option(None, help="... and this family (moves the alias unconditionally)."),
+    dataset: Optional[str] = typer.Option(None, help="Only this dataset (all of params.yaml `datasets` if omitted)."),
+    family: Optional[str] = typer.Option(None, help="Promote this family by hand (needs --dataset): the alias "
+                                                    "moves whatever the rule says."),
+    force: bool = typer.Option(False, "--force", help="Move the alias to the candidate even if the rule says no."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show champion and candidate; register and move nothing."),
     root: Path = ROOT,
 ) -> None:
-    """Register the best final models and move alias `champion` (automatic rule, or by hand)."""
+    """Show each dataset's champion and candidate side by side; register the candidate and move
+    alias `champion` when the rule in params.yaml (`promote`) says it is better, or when asked."""
     from pipeline.promote import promote as run_all, promote_dataset
 
     base, params = _params(root)
-    if (dataset is None) != (family is None):
-        raise ConfigError("give both --dataset and --family to promote by hand, or neither for the automatic rule")
-    if dataset is None:
+    if family is not None and dataset is None:
+        raise ConfigError("--family needs --dataset: a family is promoted by hand for one dataset")
+    if dataset is None and not (force or dry_run):
         decisions = run_all(base, params.datasets, params.families, params.promote)
     else:
-        _check(dataset, params.datasets, "datasets")
-        decisions = [promote_dataset(base, dataset, params.families, params.promote, family=family)]
-    typer.echo(json.dumps(decisions, indent=2))
+        names = [dataset] if dataset else params.datasets
+        for name in names:
+            _check(name, params.datasets, "datasets")
+        decisions = [promote_dataset(base, d, params.families, params.promote, family=family, force=force,
+                                     dry_run=dry_run) for d in names]
+    for d in decisions:
+        typer.echo(d["table"])
+        if d["dry_run"]:
+            verdict = f"would {'move' if d['better_by_rule'] or d['by_hand'] else 'not move'} the alias"
+        elif d["alias_moved"]:
+            verdict = f"alias `champion` -> v{d['champion_version']}"
+        else:
+            verdict = f"alias stays on v{d['champion_version']}"
+        typer.echo(f"  decision: {verdict}: {d['reason']}{' (by hand)' if d['by_hand'] else ''}\n")
+
+
+@app.command()
+@_stage
+def predict(
+    dataset: str = typer.Argument(..., help="The dataset whose registered model (ctsweep-DATASET) predicts."),
+    series: Path = typer.Argument(..., help="A .npz (x, t, optional mask/ids) or a long .csv (series, time, "
+                                            "one column per channel) of series in original units."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the predictions here as CSV "
+                                                                  "(default: print them)."),
+    version: Optional[int] = typer.Option(None, help="A registered version instead of the champion."),
+    root: Path = ROOT,
+) -> None:
+    """Run the champion model of DATASET (from the MLflow Model Registry) on a file of series."""
+    from pipeline.predict import predict_file, rows_to_csv
+
+    base, _ = _params(root)
+    rows = predict_file(base, dataset, series, out, version)
+    if out is None:
+        typer.echo(rows_to_csv(rows, list(rows[0])) if rows else "", nl=False)
+    else:
+        typer.echo(f"{len(rows)} prediction row(s) -> {out}", err=True)
 
 
 def main() -> None:

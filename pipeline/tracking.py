@@ -79,7 +79,7 @@ def is_loopback_server(uri: str) -> bool:
     return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
-def _sqlite_file(uri: str) -> Path | None:
+def sqlite_file(uri: str) -> Path | None:
     """The database file of an sqlite: URI (absolute), or None for other stores and :memory:."""
     if not _scheme(uri).startswith("sqlite"):
         return None
@@ -134,7 +134,7 @@ def ensure_store(uri: str) -> None:
         _check_server(uri)
     elif scheme.startswith("databricks"):
         return
-    elif (path := _sqlite_file(uri)) is not None:
+    elif (path := sqlite_file(uri)) is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with _exclusive(path):

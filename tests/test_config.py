@@ -96,3 +96,20 @@ def test_unknown_dataset_kind_lists_the_kinds(tmp_path) -> None:
     params["prepare"]["xor_event"]["kind"] = "speechcommands"
     with pytest.raises(ConfigError, match="speech_commands"):
         load_params(write_params(tmp_path, params))
+
+
+@pytest.mark.parametrize("factors", [[1.0], [0.8, 0.8], [-0.5]])
+def test_bad_lr_factors_are_refused(tmp_path, factors) -> None:
+    raw = default_params()
+    raw["final"]["lr_factors"] = factors
+    with pytest.raises(ConfigError, match=r"key `final`.*lr_factors must be distinct positive factors other than 1"):
+        load_params(write_params(tmp_path, raw))
+
+
+def test_promotion_p_value_must_be_a_probability(tmp_path) -> None:
+    raw = default_params()
+    raw["promote"]["max_p_value"] = 1.5
+    with pytest.raises(ConfigError, match=r"promote\.max_p_value.*1.5"):
+        load_params(write_params(tmp_path, raw))
+    raw["promote"]["max_p_value"] = None
+    assert load_params(write_params(tmp_path, raw)).promote.max_p_value is None

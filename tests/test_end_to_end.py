@@ -1,13 +1,18 @@
 """The real stack end to end: `dvc repro` runs prepare -> search (Ray Tune + Optuna) -> final
-(Ray) -> report -> promote (MLflow registry) on a tiny profile in a temporary project."""
+(Ray) -> report -> promote (MLflow registry) on a tiny profile in a temporary project; then
+the Optuna dashboard, MLflow filters, `dvc plots`, the registry and `ctsweep predict` on its outputs."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import mlflow
@@ -22,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 DATASET = "japanese_vowels_drop30"
 FAMILIES = ["cfc", "ncde"]
-TRIALS, SEEDS = 3, [0, 1, 2]
+TRIALS, SEEDS, LR_FACTORS = 3, [0, 1, 2], [0.5]
 
 
 def _tiny_params() -> dict:
@@ -30,7 +35,7 @@ def _tiny_params() -> dict:
     raw.update(datasets=[DATASET], families=FAMILIES)
     raw["search"].update(num_samples=TRIALS, epochs=2, n_startup_trials=1)
     raw["search"]["asha"]["grace_period"] = 1
-    raw["final"].update(seeds=SEEDS, epochs=2)
+    raw["final"].update(seeds=SEEDS, epochs=2, lr_factors=LR_FACTORS)
     raw["promote"]["seeds_required"] = len(SEEDS)
     return raw
 
@@ -53,6 +58,7 @@ def repro(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     shutil.copytree(REPO / "search_spaces", root / "search_spaces")
     shutil.copytree(REPO / "pipeline", root / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
+    shutil.copy(REPO / "references.yaml", root / "references.yaml")
     write_params(root, _tiny_params())
     _run(root, "git", "init", "-q")
     _run(root, "dvc", "init", "-q")
@@ -77,10 +83,56 @@ def test_outputs_and_tables(repro: tuple[Path, str]) -> None:
         assert sum(searched["optuna_states"].values()) == TRIALS
         reference = searched["reference"]  # the paper's configuration was among the trials
         assert any(all(t["config"].get(k) == v for k, v in reference.items()) for t in searched["trials"])
+        assert searched["optuna_study"].startswith(f"{DATASET}/{family}/")
+        assert searched["importance"]["evaluator"] == "fanova" and "epoch 1" in searched["importance"]
+        final = json.loads((root / "results" / DATASET / "final" / f"{family}.json").read_text())
+        [robust] = final["robustness"]
+        assert robust["lr_factor"] == 0.5 and robust["n_seeds"] == len(SEEDS)
+        assert robust["lr"] == pytest.approx(final["config"]["lr"] * 0.5)
     table = (root / "reports" / "results.md").read_text()
-    assert all(f in table for f in FAMILIES) and "±" in table
-    for kind in ("curves", "lr"):
+    assert all(f in table for f in FAMILIES) and "±" in table and "(best)" in table
+    for section in ("Learning-rate robustness", "Hyperparameter importance", "## Provenance", "`prepare@"):
+        assert section in table
+    for kind in ("curves", "lr", "test"):
         assert (root / "reports" / "plots" / f"{DATASET}_{kind}.png").stat().st_size > 1000
+
+
+def test_dvc_plots_show_the_pngs_and_the_data(repro: tuple[Path, str]) -> None:
+    root, _ = repro
+    shown = json.loads(_run(root, "dvc", "plots", "show", "--json"))
+    names = set(shown.get("data", shown))
+    for name in (f"reports/plots/{DATASET}_test.png", f"reports/bars/{DATASET}.csv", f"reports/lr/{DATASET}.csv"):
+        assert any(name in n for n in names), (name, sorted(names))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_optuna_dashboard_opens_every_study(repro: tuple[Path, str]) -> None:
+    root, _ = repro
+    port = _free_port()
+    server = subprocess.Popen([str(Path(sys.executable).parent / "optuna-dashboard"), f"sqlite:///{root / 'optuna.db'}",
+                               "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(60):
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=2).read()
+                break
+            except OSError:
+                time.sleep(0.5)
+        studies = {s["study_name"]: s for s in json.loads(body)["study_summaries"]}
+        for family in FAMILIES:
+            name = json.loads((root / "results" / DATASET / "search" / f"{family}.json").read_text())["optuna_study"]
+            study = json.loads(urllib.request.urlopen(
+                f"http://127.0.0.1:{port}/api/studies/{studies[name]['study_id']}", timeout=10).read())
+            assert len(study["trials"]) == TRIALS
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
 
 
 def test_mlflow_has_every_trial_and_seed(repro: tuple[Path, str]) -> None:
@@ -98,20 +150,61 @@ def test_mlflow_has_every_trial_and_seed(repro: tuple[Path, str]) -> None:
     assert len(_runs(client, "final", child=False)) == len(FAMILIES)
 
 
-def test_champion_loads_and_predicts(repro: tuple[Path, str]) -> None:
+def test_mlflow_filters_find_runs_by_dataset_family_stage_seed(repro: tuple[Path, str]) -> None:
+    root, _ = repro
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(f"ctsweep/{DATASET}")
+    # the filter strings the README gives for the MLflow UI's search box
+    [one] = client.search_runs([exp.experiment_id], f"tags.dataset = '{DATASET}' and tags.family = 'ncde' and "
+                                                    "tags.stage = 'final' and tags.seed = '1'")
+    assert one.info.run_name == "final/ncde/seed-1"
+    robust = client.search_runs([exp.experiment_id], "tags.stage = 'robustness' and tags.lr_factor = '0.5'")
+    assert sorted((r.data.tags["family"], r.data.tags["seed"]) for r in robust) == sorted(
+        (f, str(s)) for f in FAMILIES for s in SEEDS)
+    parents = [r for r in _runs(client, "final", child=False)]
+    for run in parents:  # the report and the plots are artifacts of the final runs
+        files = {a.path for a in client.list_artifacts(run.info.run_id, "report")}
+        assert {"report/results.md", f"report/{DATASET}_test.png", f"report/{DATASET}_lr.png"} <= files
+
+
+def test_champion_loads_and_reproduces_its_test_score(repro: tuple[Path, str]) -> None:
     root, _ = repro
     mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
     version = MlflowClient().get_model_version_by_alias(f"ctsweep-{DATASET}", "champion")
-    assert version.tags["family"] in FAMILIES and int(version.tags["n_seeds"]) == len(SEEDS)
+    tags = version.tags
+    assert tags["family"] in FAMILIES and int(tags["n_seeds"]) == len(SEEDS)
+    assert json.loads(tags["config"]) and len(json.loads(tags["test_scores"])) == len(SEEDS)
     model = mlflow.pyfunc.load_model(f"models:/ctsweep-{DATASET}@champion")
     test = load_dataset(root / "data" / "processed" / DATASET)
     meta, split = test.meta, test.splits["test"]
     # the pyfunc model takes series in original units: undo the stored standardisation
-    raw_x = split.x[:16] * np.asarray(meta.norm_std, np.float32) + np.asarray(meta.norm_mean, np.float32)
-    probs = model.predict({"x": raw_x, "t": split.t[:16], "mask": split.mask[:16]})
-    assert probs.shape == (16, 9) and np.allclose(probs.sum(axis=1), 1, atol=1e-5)
+    raw_x = split.x * np.asarray(meta.norm_std, np.float32) + np.asarray(meta.norm_mean, np.float32)
+    probs = model.predict({"x": raw_x, "t": split.t, "mask": split.mask})
+    assert probs.shape == (len(split), 9) and np.allclose(probs.sum(axis=1), 1, atol=1e-5)
+    final = json.loads((root / "results" / DATASET / "final" / f"{tags['family']}.json").read_text())
+    [seed] = [s for s in final["seeds"] if s["seed"] == final["model_seed"]]
+    assert float((probs.argmax(axis=1) == split.y).mean()) == pytest.approx(seed["test"], abs=1e-6)
     promotion = json.loads((root / "reports" / "promotion.json").read_text())
     assert promotion[0]["alias_moved"] and promotion[0]["champion_version"] == int(version.version)
+
+    # `ctsweep predict` on a long CSV of the first test series gives the same classes
+    rows = [["series", "time", *meta.channels]]
+    for i in range(8):
+        for j in np.flatnonzero(split.mask[i]):
+            rows.append([f"s{i}", f"{split.t[i, j]:.9g}", *("" if np.isnan(v) else f"{v:.9g}" for v in raw_x[i, j])])
+    (root / "series.csv").write_text("\n".join(",".join(r) for r in rows) + "\n")
+    _run(root, "ctsweep", "predict", DATASET, "series.csv", "--out", "predictions.csv")
+    predicted = list(csv.DictReader((root / "predictions.csv").open()))
+    assert [r["series"] for r in predicted] == [f"s{i}" for i in range(8)]
+    assert [r["prediction"] for r in predicted] == [meta.classes[k] if meta.classes else str(k)
+                                                    for k in probs[:8].argmax(axis=1)]
+
+
+def test_promote_shows_champion_and_candidate(repro: tuple[Path, str]) -> None:
+    root, _ = repro
+    shown = _run(root, "ctsweep", "promote", "--dry-run")
+    assert f"ctsweep-{DATASET}" in shown and "champion v1" in shown and "candidate" in shown
+    assert "decision: would not move the alias: the candidate is already the champion" in shown
 
 
 def test_second_repro_does_nothing_and_one_space_reruns_one_family(repro: tuple[Path, str]) -> None:
