@@ -36,8 +36,20 @@ class BudgetAwareOptunaSearch(OptunaSearch):
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if error or (result is not None and result.get(EPOCH, self._max_epochs) < self._max_epochs):
+            if not error and result is not None:
+                self._report_last(trial_id, result)
             result = None  # OptunaSearch: no value + error -> FAIL, no value + no error -> PRUNED
         super().on_trial_complete(trial_id, result, error)
+
+    def _report_last(self, trial_id: str, result: dict) -> None:
+        """Record the stopping result as an intermediate value: Tune hands the result on which ASHA
+        stops a trial to on_trial_complete only, so the study would miss the epoch it was cut at
+        (the dashboard's curves and the importances at ASHA's rung need it)."""
+        trial = self._ot_trials.get(trial_id)
+        value, step = result.get(self._metric), result.get("training_iteration", result.get(EPOCH))
+        if trial is not None and value is not None and step is not None:
+            if step not in trial.storage.get_trial(trial._trial_id).intermediate_values:
+                trial.report(value, step)
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,16 @@ def test_stopped_early_is_pruned_failed_is_fail_and_full_budget_is_complete() ->
     assert searcher._ot_study.trials[0].intermediate_values == {1: 0.9, 2: 0.9}
 
 
+def test_the_result_a_trial_is_stopped_on_reaches_the_study() -> None:
+    # Tune passes the result on which ASHA stops a trial to on_trial_complete, not on_trial_result
+    searcher = _searcher(0)
+    searcher.suggest("t0")
+    searcher.on_trial_result("t0", {"val_metric": 0.6, "training_iteration": 1, EPOCH: 1})
+    searcher.on_trial_complete("t0", {"val_metric": 0.8, "training_iteration": 2, EPOCH: 2})
+    trial = searcher._ot_study.trials[0]
+    assert trial.state == optuna.trial.TrialState.PRUNED and trial.intermediate_values == {1: 0.6, 2: 0.8}
+
+
 class _Trial:
     """The one attribute ASHA reads of a trial."""
 
