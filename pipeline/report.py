@@ -31,8 +31,7 @@ from pipeline.paths import final_result_path, reports_dir, require, search_resul
 from pipeline.provenance import stamp
 from pipeline.references import References, load_references
 from pipeline.report_tables import (provenance_lines, references_lines, results_table, robustness_lines,
-                                    sensitivity_lines)
-from pipeline.stats import welch
+                                    sensitivity_lines, welch_vs_best)
 
 METRIC_KEYS = ("val_mean", "val_std", "test_mean", "test_std", "n_seeds", "metric", "params",
                "seconds_per_epoch", "n_trials", "n_failed")
@@ -97,11 +96,12 @@ def lr_points(searches: dict[str, dict[str, Any]], finals: dict[str, dict[str, A
 
 
 def _metrics(results: dict[str, dict[str, Any]], best: str) -> dict[str, dict[str, Any]]:
+    tests = welch_vs_best(results, best)
     out = {}
     for f, r in results.items():
-        p = None if f == best else welch([s["test"] for s in r["seeds"]], [s["test"] for s in results[best]["seeds"]]).p
+        p = tests[f].p if tests[f] is not None else math.nan
         out[f] = {**{k: r[k] for k in METRIC_KEYS}, "best": f == best,
-                  "p_vs_best": None if p is None or math.isnan(p) else round(p, 6)}
+                  "p_vs_best": None if math.isnan(p) else round(p, 6)}
     return out
 
 

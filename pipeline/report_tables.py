@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from pipeline.references import Figure, References
-from pipeline.stats import kendall_tau, ranking, welch
+from pipeline.stats import Welch, kendall_tau, ranking, welch
 
 ALPHA = 0.05  # "significantly different" in the table's wording
 
@@ -26,15 +26,16 @@ def _diff(diff: float, metric: str) -> str:
     return f"{k * diff:+.{digits}f}"
 
 
-def _scores(record: dict[str, Any], split: str) -> list[float]:
-    return [s[split] for s in record["seeds"]]
+def welch_vs_best(results: dict[str, dict[str, Any]], best: str) -> dict[str, Welch | None]:
+    """Welch's t-test of each family's per-seed test scores against the best family's (None for it)."""
+    ref = [s["test"] for s in results[best]["seeds"]]
+    return {f: None if f == best else welch([s["test"] for s in r["seeds"]], ref) for f, r in results.items()}
 
 
-def versus_best(record: dict[str, Any], best: dict[str, Any], metric: str) -> str:
-    """Test difference to the best family and Welch's two-sided p-value on per-seed test scores."""
-    if record is best:
+def versus_best(w: Welch | None, metric: str) -> str:
+    """The table cell: test difference to the best family and the two-sided p-value."""
+    if w is None:
         return "best"
-    w = welch(_scores(record, "test"), _scores(best, "test"))
     p = "p n/a" if math.isnan(w.p) else f"p = {w.p:.3f}" + (" *" if w.p < ALPHA else "")
     return f"{_diff(w.diff, metric)} ({p})"
 
@@ -52,6 +53,7 @@ def results_table(dataset: str, finals: dict[str, dict[str, Any]], best: str, re
                   cited: dict[str, int]) -> list[str]:
     """One dataset's table; `cited` (source key -> footnote number) grows with the papers cited."""
     metric = finals[best]["metric"]
+    tests = welch_vs_best(finals, best)
     lines = [f"## {dataset} ({metric}{', %' if metric == 'accuracy' else ''})", "",
              "| family | test | validation | paper (test) | Δ test vs best (Welch) | seeds | parameters "
              "| s / epoch | trials (failed) |",
@@ -61,7 +63,7 @@ def results_table(dataset: str, finals: dict[str, dict[str, Any]], best: str, re
         figures = [f for f in refs.for_pair(dataset, family) if f.metric == metric]
         lines.append(f"| {name} | {fmt(r['test_mean'], r['test_std'], metric)} | "
                      f"{fmt(r['val_mean'], r['val_std'], metric)} | {_paper(figures, metric, cited)} | "
-                     f"{versus_best(r, finals[best], metric)} | {r['n_seeds']} | {r['params']:,} | "
+                     f"{versus_best(tests[family], metric)} | {r['n_seeds']} | {r['params']:,} | "
                      f"{r['seconds_per_epoch']:.2f} | {r['n_trials']} ({r['n_failed']}) |")
     return lines + [""]
 

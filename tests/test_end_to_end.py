@@ -161,8 +161,7 @@ def test_mlflow_filters_find_runs_by_dataset_family_stage_seed(repro: tuple[Path
     robust = client.search_runs([exp.experiment_id], "tags.stage = 'robustness' and tags.lr_factor = '0.5'")
     assert sorted((r.data.tags["family"], r.data.tags["seed"]) for r in robust) == sorted(
         (f, str(s)) for f in FAMILIES for s in SEEDS)
-    parents = [r for r in _runs(client, "final", child=False)]
-    for run in parents:  # the report and the plots are artifacts of the final runs
+    for run in _runs(client, "final", child=False):  # the report and the plots are artifacts of the final runs
         files = {a.path for a in client.list_artifacts(run.info.run_id, "report")}
         assert {"report/results.md", f"report/{DATASET}_test.png", f"report/{DATASET}_lr.png"} <= files
 

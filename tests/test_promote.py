@@ -112,7 +112,7 @@ def test_registered_version_carries_metrics_and_config(root: Path) -> None:
 
 def test_side_by_side_shows_both_and_marks_config_changes(root: Path) -> None:
     _final(root, "a", 0.8, config={**KWARGS, "lr": 0.001})
-    promote_dataset(root, DATASET, ["a", "b"][:1], PromoteParams())
+    promote_dataset(root, DATASET, ["a"], PromoteParams())
     _final(root, "a", 0.9, config={**KWARGS, "lr": 0.003})
     shown = promote_dataset(root, DATASET, ["a"], PromoteParams(), dry_run=True)
     table = shown["table"].splitlines()
