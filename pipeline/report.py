@@ -170,6 +170,7 @@ def log_to_mlflow(root: Path, finals: dict[str, dict[str, dict[str, Any]]], repo
 
 def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, Any]:
     """Write metrics.json, results.md, the plot data and the PNG plots; returns metrics.json's content."""
+    provenance = stamp(root, datasets, families)  # before writing: rewritten plots would look like edits
     finals = collect(root, datasets, families)
     searches = {d: read_searches(root, d, families) for d in datasets}
     refs = load_references(root)
@@ -179,7 +180,7 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
         best = best_family(results)
         metrics[dataset] = _metrics(results, best)
         pngs[dataset] = _write_dataset(out, dataset, results, searches[dataset], best, refs)
-    write_text(out / "results.md", results_markdown(root, finals, searches, refs, stamp(root, datasets, families)))
+    write_text(out / "results.md", results_markdown(root, finals, searches, refs, provenance))
     write_json(out / "metrics.json", metrics)
     log_to_mlflow(root, finals, out / "results.md", pngs)
     return metrics
