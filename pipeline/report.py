@@ -170,8 +170,8 @@ def log_to_mlflow(root: Path, finals: dict[str, dict[str, dict[str, Any]]], repo
 
 def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, Any]:
     """Write metrics.json, results.md, the plot data and the PNG plots; returns metrics.json's content."""
-    provenance = stamp(root, datasets, families)  # before writing: rewritten plots would look like edits
     finals = collect(root, datasets, families)
+    provenance = stamp(root, datasets, families)  # before writing: rewritten plots would look like edits
     searches = {d: read_searches(root, d, families) for d in datasets}
     refs = load_references(root)
     out = reports_dir(root)
