@@ -14,7 +14,7 @@ from pipeline.config import read_yaml
 
 
 def git_commit(root: Path) -> str:
-    """HEAD's hash, with " (uncommitted changes)" when tracked files differ; "not a git repository"."""
+    """HEAD's hash, with " (uncommitted changes: <files>)" when tracked files differ; "not a git repository"."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
 
@@ -22,8 +22,11 @@ def git_commit(root: Path) -> str:
         head = git("rev-parse", "HEAD")
     except (OSError, subprocess.CalledProcessError):
         return "not a git repository (or no commit yet)"
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return f"{head} (uncommitted changes)" if dirty else head
+    dirty = git("diff", "HEAD", "--name-only").splitlines()  # tracked files, staged or not
+    if not dirty:
+        return head
+    shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
+    return f"{head} (uncommitted changes: {shown})"
 
 
 def dvc_hashes(root: Path, stages: list[str]) -> dict[str, dict[str, str]]:

@@ -132,7 +132,7 @@ def test_report_is_stamped_with_commit_dvc_lock_and_params(project: Path) -> Non
     assert '"families": [\n  "a",\n  "b"\n ]' in table
     (project / "params.yaml").write_text((project / "params.yaml").read_text() + "# edited\n")
     report(project, ["d"], ["a", "b"])
-    assert f"`{head} (uncommitted changes)`" in (project / "reports" / "results.md").read_text()
+    assert f"`{head} (uncommitted changes: params.yaml)`" in (project / "reports" / "results.md").read_text()
 
 
 def test_plots_and_plot_data_are_written(project: Path) -> None:
