@@ -22,7 +22,11 @@ def git_commit(root: Path) -> str:
         head = git("rev-parse", "HEAD")
     except (OSError, subprocess.CalledProcessError):
         return "not a git repository (or no commit yet)"
-    dirty = git("diff", "HEAD", "--name-only").splitlines()  # tracked files, staged or not
+    # Tracked files that differ from HEAD, except what the pipeline run itself writes: `dvc repro`
+    # deletes the report's outputs before running it and updates dvc.lock stage by stage (its
+    # hashes are part of the stamp anyway).
+    dirty = [f for f in git("diff", "HEAD", "--name-only").splitlines()
+             if f != "dvc.lock" and not f.startswith("reports/")]
     if not dirty:
         return head
     shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
