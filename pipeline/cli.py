@@ -12,6 +12,8 @@ import typer
 
 from pipeline.config import Params, dataset_params, load_params
 from pipeline.errors import ConfigError, CtsweepError
+from pipeline.interrupts import Interrupted, handle_signals
+from pipeline.names import check_name
 from pipeline.paths import processed_dir, project_root, raw_dir, raw_lock_path
 
 app = typer.Typer(help="Hyperparameter search for continuous-time sequence models: "
@@ -22,17 +24,30 @@ ROOT = typer.Option(None, "--root", help="Project root holding params.yaml (defa
 
 
 def _stage(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn a CtsweepError into one line on stderr and exit status 2, without a traceback."""
+    """Turn a CtsweepError into one line on stderr and exit status 2, without a traceback; and
+    SIGINT / SIGTERM into a clean stop with exit status 128 + the signal (130, 143)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with handle_signals():
+                return fn(*args, **kwargs)
         except CtsweepError as exc:
             typer.echo(f"ctsweep: error: {exc}", err=True)
             raise typer.Exit(2) from None
+        except (Interrupted, KeyboardInterrupt) as exc:
+            stop = exc if isinstance(exc, Interrupted) else Interrupted(2)
+            typer.echo(f"ctsweep: {stop}: stopped; what earlier runs wrote is unchanged and nothing half-written "
+                       f"was left; run the same command again to resume", err=True)
+            raise typer.Exit(stop.exit_code) from None
 
     return wrapper
+
+
+def _names(**given: str) -> None:
+    """Dataset and family arguments are names, never paths: checked before anything else runs."""
+    for what, value in given.items():
+        check_name(value, f"argument {what.upper()}")
 
 
 def _params(root: Optional[Path]) -> tuple[Path, Params]:
@@ -56,6 +71,7 @@ SOURCE = typer.Option(
 @_stage
 def fetch(dataset: str = DATASET, source: Optional[str] = SOURCE, root: Path = ROOT) -> None:
     """Download (or verify) the raw files of DATASET into data/raw/DATASET."""
+    _names(dataset=dataset)
     from pipeline.data.prepare import fetch as run
 
     base, params = _params(root)
@@ -67,6 +83,7 @@ def fetch(dataset: str = DATASET, source: Optional[str] = SOURCE, root: Path = R
 @_stage
 def prepare(dataset: str = DATASET, source: Optional[str] = SOURCE, root: Path = ROOT) -> None:
     """Build data/processed/DATASET from its params.yaml section (fetching raw files if missing)."""
+    _names(dataset=dataset)
     from pipeline.data.prepare import prepare as run
 
     base, params = _params(root)
@@ -87,6 +104,7 @@ def search(
     With RAY_ADDRESS set (or under `ray job submit`) the trials run on that cluster. An
     interrupted search (driver killed, Ctrl-C) is resumed by running the same command again.
     """
+    _names(dataset=dataset, family=family)
     from pipeline.search import search as run
 
     base, params = _params(root)
@@ -102,6 +120,7 @@ def search(
 @_stage
 def final(dataset: str, family: str, root: Path = ROOT) -> None:
     """Retrain the best config over the final seeds -> results/DATASET/final/FAMILY.json."""
+    _names(dataset=dataset, family=family)
     from pipeline.final import final as run
 
     base, params = _params(root)
@@ -134,6 +153,7 @@ def promote(
 ) -> None:
     """Show each dataset's champion and candidate side by side; register the candidate and move
     alias `champion` when the rule in params.yaml (`promote`) says it is better, or when asked."""
+    _names(**{k: v for k, v in {"dataset": dataset, "family": family}.items() if v is not None})
     from pipeline.promote import promote as run_all, promote_dataset
 
     base, params = _params(root)
@@ -170,6 +190,7 @@ def predict(
     root: Path = ROOT,
 ) -> None:
     """Run the champion model of DATASET (from the MLflow Model Registry) on a file of series."""
+    _names(dataset=dataset)
     from pipeline.predict import predict_file, rows_to_csv
 
     base, _ = _params(root)

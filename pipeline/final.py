@@ -19,12 +19,14 @@ from typing import Any
 import ray
 import torch
 
-from pipeline import tracking
+from pipeline import run_lookup, tracking
 from pipeline.cluster import check_fits, check_shared_storage, ray_session
 from pipeline.config import FinalParams, Resources
 from pipeline.data.contract import Dataset, load_dataset
 from pipeline.errors import ConfigError
+from pipeline.interrupts import Interrupted, deferred
 from pipeline.io import check_writable, read_json, write_json
+from pipeline.names import check_name
 from pipeline.paths import final_result_path, processed_dir, require, search_result_path
 from pipeline.serving import log_model_from_state
 from pipeline.spaces import split_config
@@ -98,7 +100,14 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
 def _spread(jobs: list[SeedJob], data: Dataset, res: Resources) -> list[dict[str, Any]]:
     remote = ray.remote(train_seed).options(num_cpus=res.cpu, num_gpus=res.gpu)
     data_ref = ray.put(data)  # once, not once per seed
-    return ray.get([remote.remote(job, data_ref) for job in jobs])
+    refs = [remote.remote(job, data_ref) for job in jobs]
+    try:
+        return ray.get(refs)
+    except Interrupted:
+        with deferred():  # stop the seeds now, not when Ray shuts down: their runs are closed next
+            for ref in refs:
+                ray.cancel(ref, force=True)
+        raise
 
 
 def _summary(values: list[float]) -> tuple[float, float]:
@@ -108,6 +117,8 @@ def _summary(values: list[float]) -> tuple[float, float]:
 
 def final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, Any]:
     """Retrain the searched best config of (dataset, family) on every seed of `p.seeds`."""
+    check_name(dataset, "dataset name")
+    check_name(family, "family name")
     data_dir = require(processed_dir(root, dataset), f"ctsweep prepare {dataset}")
     searched = read_json(require(search_result_path(root, dataset, family), f"ctsweep search {dataset} {family}"))
     if searched["trial_seed"] in p.seeds:
@@ -142,6 +153,10 @@ def final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, An
         for r in record["robustness"]:
             tracking.log_metrics(client, parent, {f"lr_x{r['lr_factor']:g}_{k}": r[k]
                                                   for k in ("val_mean", "val_std", "test_mean", "test_std")})
+    except Interrupted as exc:  # the seeds were stopped; the previous result file stays as it was
+        with deferred():
+            run_lookup.close_interrupted(client, exp_id, parent, str(exc))
+        raise
     except BaseException as exc:
         tracking.finish(client, parent, exc)
         raise

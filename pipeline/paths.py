@@ -1,6 +1,8 @@
 """Where each stage reads and writes, relative to the project root.
 
 Ray trial processes change their working directory, so every path handed to them is absolute.
+Every path built from a dataset or family name checks the name first (pipeline.names) and that
+the result lies inside its folder of the project, so no name can point a stage elsewhere.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import os
 from pathlib import Path
 
 from pipeline.errors import MissingInputError
+from pipeline.names import check_name, inside
 
 
 def project_root(root: str | Path | None = None) -> Path:
@@ -16,9 +19,18 @@ def project_root(root: str | Path | None = None) -> Path:
     return Path(root if root is not None else os.getcwd()).resolve()
 
 
+def _under(folder: Path, *names: str, suffix: str = "") -> Path:
+    """folder/<name>/.../<last name><suffix>, each name checked, the result inside `folder`."""
+    for name in names:
+        check_name(name, "dataset or family name")
+    path = folder.joinpath(*names[:-1], names[-1] + suffix)
+    inside(path, folder, "dataset or family name")  # a symbolic link pointing out of the project is refused too
+    return path
+
+
 def raw_dir(root: Path, dataset: str) -> Path:
     """Downloaded files of one dataset, as fetched (a DVC output of the `fetch` stage)."""
-    return root / "data" / "raw" / dataset
+    return _under(root / "data" / "raw", dataset)
 
 
 def raw_lock_path(root: Path) -> Path:
@@ -27,15 +39,17 @@ def raw_lock_path(root: Path) -> Path:
 
 
 def processed_dir(root: Path, dataset: str) -> Path:
-    return root / "data" / "processed" / dataset
+    return _under(root / "data" / "processed", dataset)
 
 
 def search_result_path(root: Path, dataset: str, family: str) -> Path:
-    return root / "results" / dataset / "search" / f"{family}.json"
+    check_name(dataset, "dataset name")
+    return _under(root / "results" / dataset / "search", family, suffix=".json")
 
 
 def final_result_path(root: Path, dataset: str, family: str) -> Path:
-    return root / "results" / dataset / "final" / f"{family}.json"
+    check_name(dataset, "dataset name")
+    return _under(root / "results" / dataset / "final", family, suffix=".json")
 
 
 def reports_dir(root: Path) -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
+from pipeline import tracking
 from pipeline.tracking import PARENT_TAG
 
 
@@ -42,3 +43,15 @@ def find_unfinished_parent(client: MlflowClient, exp_id: str, tags: dict[str, st
 def metric_steps(client: MlflowClient, run_id: str, key: str) -> dict[int, float]:
     """{step: value} of one metric's history (the last value logged at a step wins)."""
     return {m.step: m.value for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.timestamp)}
+
+
+def close_interrupted(client: MlflowClient, exp_id: str, parent: str, reason: str) -> None:
+    """An interrupted search or final stage: its RUNNING child runs end KILLED (their processes were
+    stopped), and the parent ends KILLED without the complete tag, so the next run of the stage
+    finds it again and resumes it (a trial's run is reopened when its trial restarts)."""
+    for run in children(client, exp_id, parent):
+        if run.info.status == "RUNNING":
+            tracking.set_tags(client, run.info.run_id, {"interrupted": reason})
+            tracking.terminate(client, run.info.run_id, "KILLED")
+    tracking.set_tags(client, parent, {"interrupted": reason})
+    tracking.terminate(client, parent, "KILLED")

@@ -28,8 +28,10 @@ from pipeline.config import Resources, SearchParams
 from pipeline.data.contract import load_dataset, load_meta
 from pipeline.data.inputs import fingerprint as data_fingerprint
 from pipeline.errors import TrialFailedError
+from pipeline.interrupts import Interrupted, deferred, graceful_tune
 from pipeline.io import check_writable, write_json
 from pipeline.models import get_model_class
+from pipeline.names import check_name
 from pipeline.models.embedding import check_token_family
 from pipeline.paths import processed_dir, require, search_result_path
 from pipeline.scheduling import HistorySource, ResumableASHA, make_searcher
@@ -98,6 +100,8 @@ def _open_parent(client: tracking.MlflowClient, exp_id: str, dataset: str, famil
             attempts = int(previous.data.tags.get("attempts", "1")) + 1
             client.update_run(previous.info.run_id, status="RUNNING")
             tracking.set_tags(client, previous.info.run_id, {"attempts": attempts})
+            if "interrupted" in previous.data.tags:  # it is running again; the interrupt stays in `attempts`
+                client.delete_tag(previous.info.run_id, "interrupted")
             return previous.info.run_id, path, True
     path = f"{storage.rstrip('/')}/{dataset}__{family}__{time.strftime('%Y%m%d-%H%M%S')}"
     parent = tracking.start_run(client, exp_id, f"search/{family}", {**tags, "ray_experiment_path": path})
@@ -124,6 +128,8 @@ def search(root: Path, dataset: str, family: str, p: SearchParams, fresh: bool =
     Bad input, unwritable outputs, a request no node can meet and local stores on a multi-node
     cluster are refused before any trial starts. `fresh`: never resume an earlier attempt.
     """
+    check_name(dataset, "dataset name")
+    check_name(family, "family name")  # before it names a space file, a result file or a Ray experiment
     data_dir = require(processed_dir(root, dataset), f"ctsweep prepare {dataset}")
     meta = load_meta(data_dir)
     if meta.vocab_size:  # a token dataset: refuse families that cannot read an embedding, before Ray
@@ -151,7 +157,11 @@ def search(root: Path, dataset: str, family: str, p: SearchParams, fresh: bool =
             tracking.set_tags(client, parent, {COMPLETE_TAG: "true"})
             tracking.finish(client, parent, exc)
             raise
-        except BaseException as exc:  # interrupted, or the record could not be written: resumable
+        except Interrupted as exc:  # SIGINT / SIGTERM: the result file is untouched; resumable
+            with deferred():  # a second Ctrl-C must not leave runs RUNNING half-way through this
+                run_lookup.close_interrupted(client, exp_id, parent, str(exc))
+            raise
+        except BaseException as exc:  # the record could not be written, or a crash: resumable
             tracking.finish(client, parent, exc)
             raise
     tracking.set_tags(client, parent, {COMPLETE_TAG: "true"})
@@ -173,7 +183,10 @@ def _run(root: Path, dataset: str, family: str, p: SearchParams, res: Resources,
     else:
         storage, name = path.rsplit("/", 1)
         tuner = _new_tuner(space, ctx, data, p, res, meta.mode, storage, name)
-    grid = tuner.fit()
+    with graceful_tune() as interrupt:
+        grid = tuner.fit()
+    if interrupt.signum is not None:  # Tune stopped early and saved its state: a partial search, not a result
+        raise Interrupted(interrupt.signum)
     records = _trial_records(grid, meta.mode, p.trial_seed)
     _close_runs(client, records, p.epochs)
     _close_orphans(client, exp_id, parent, records)

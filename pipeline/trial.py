@@ -78,6 +78,8 @@ def trial_run(client: tracking.MlflowClient, ctx: TrialContext, trial_id: str, c
     attempts = int(found.data.tags.get("attempts", "1")) + 1
     client.update_run(found.info.run_id, status="RUNNING")
     tracking.set_tags(client, found.info.run_id, {"attempts": attempts, **place})
+    if "interrupted" in found.data.tags:  # a stage interrupt closed it KILLED; it runs again now
+        client.delete_tag(found.info.run_id, "interrupted")
     return found.info.run_id
 
 

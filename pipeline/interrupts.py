@@ -1,0 +1,129 @@
+"""SIGINT and SIGTERM: a stage stops, keeps what was already written, and can be resumed.
+
+Every `ctsweep` command runs under `handle_signals()`: SIGINT (Ctrl-C) and SIGTERM (what `kill`,
+a scheduler or a CI runner send) raise `Interrupted` in the main thread, so every clean-up on the
+way out runs (temporary files removed, MLflow runs closed) and the command exits with 128 + the
+signal number, as a shell reports a signal. A bare SIGTERM would end the process at once and
+leave temporary files and RUNNING runs behind.
+
+Ray Tune ends its own loop gracefully on SIGINT: it stops the trials, saves the experiment state
+and returns the partial results as if the search had finished. That made a Ctrl-C'd search look
+complete (it was written as the result and never resumed). Inside `graceful_tune()` the first
+signal (SIGINT or SIGTERM) asks Tune to stop in that same graceful way, and the caller learns
+afterwards that the stop was an interrupt (`Pending.signum`), so it can refuse to treat the
+partial search as a result. A second signal raises at once, as an impatient user expects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Tune installs its graceful-stop handler on SIGUSR1 as well as on SIGINT (ray.tune.tune
+# `_setup_signal_catching`); with TUNE_DISABLE_SIGINT_HANDLER=1 it leaves SIGINT to us, and we
+# reach its handler through SIGUSR1's slot.
+_TUNE_SIGNAL = signal.SIGUSR1
+_TUNE_HANDLER_NAME = "signal_interrupt_tune_run"
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived. A BaseException, like KeyboardInterrupt, so that
+    `except Exception` clean-up code passes it on instead of treating it as a failure."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # what a shell reports for a process ended by this signal
+
+
+@dataclass
+class Pending:
+    """The signal that asked a graceful stop, if any (None: the block ended by itself)."""
+
+    signum: int | None = None
+
+
+class _State:
+    graceful: Pending | None = None  # set inside graceful_tune(): the first signal is recorded
+    deferred: Pending | None = None  # set inside deferred(): signals wait until the block ends
+
+
+def _tune_stop_handler() -> Callable[[int, Any], None] | None:
+    handler = signal.getsignal(_TUNE_SIGNAL)
+    return handler if getattr(handler, "__name__", "") == _TUNE_HANDLER_NAME else None
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    if _State.deferred is not None:
+        _State.deferred.signum = _State.deferred.signum or signum
+        return
+    pending = _State.graceful
+    if pending is not None and pending.signum is None:
+        pending.signum = signum
+        stop = _tune_stop_handler()
+        if stop is not None:  # Tune's loop is running: let it stop the trials and save its state
+            stop(_TUNE_SIGNAL, frame)
+            return
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def handle_signals() -> Iterator[None]:
+    """Within the block SIGINT and SIGTERM raise Interrupted (main thread only; elsewhere Python
+    cannot install handlers, and the block does nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _handler) for s in SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def graceful_tune() -> Iterator[Pending]:
+    """Around `Tuner.fit()`: the first SIGINT or SIGTERM makes Tune stop its trials and save the
+    experiment (resumable with Tuner.restore) and is recorded in the yielded Pending; a second
+    raises Interrupted at once. Needs `handle_signals()` around it to see any signal."""
+    pending = Pending()
+    before_env = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # SIGINT stays ours; Tune still listens on SIGUSR1
+    _State.graceful = pending
+    try:
+        yield pending
+    finally:
+        _State.graceful = None
+        if before_env is None:
+            os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
+        else:
+            os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = before_env
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[Pending]:
+    """Signals arriving within the block are held until it ends, then raise Interrupted: for
+    short clean-ups (closing MLflow runs) that must not be cut in half by a second Ctrl-C."""
+    outer = _State.deferred
+    pending = Pending()
+    _State.deferred = pending
+    try:
+        yield pending
+    finally:
+        _State.deferred = outer
+    if pending.signum is not None:
+        if outer is not None:  # an enclosing deferred block raises it when it ends
+            outer.signum = outer.signum or pending.signum
+        else:
+            raise Interrupted(pending.signum)

@@ -1,0 +1,135 @@
+"""Ctrl-C and `kill` during a real `ctsweep search` (a subprocess driving a local Ray, an SQLite
+MLflow store): the stage exits non-zero, the previous result file stays byte for byte, no MLflow
+run is left RUNNING, the search stays resumable, and running the command again resumes it,
+keeping the trials that had finished."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from pipeline import tracking
+from pipeline.config import XorParams
+from pipeline.data.contract import save_dataset
+from pipeline.data.xor import build as build_xor
+from pipeline.paths import processed_dir, search_result_path
+from pipeline.search import COMPLETE_TAG
+from tests.clusters import watch
+from tests.conftest import default_params, write_params
+
+pytestmark = pytest.mark.slow
+EPOCHS = 3
+TRIALS = 3
+
+
+@pytest.fixture
+def root(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    save_dataset(processed_dir(project, "xor"), build_xor("xor", XorParams(kind="xor", n_train=1600, n_test=50, seed=3)))
+    raw = default_params()
+    raw.update(datasets=["xor"], families=["cfc"], prepare={"xor": {"kind": "xor", "n_train": 1600, "n_test": 50}})
+    # One trial at a time, no early stops: a finished trial and a running one are easy to catch.
+    raw["search"] = {"num_samples": TRIALS, "max_concurrent": 1, "epochs": EPOCHS, "n_startup_trials": 1,
+                     "asha": {"grace_period": EPOCHS}}
+    write_params(project, raw)
+    return project
+
+
+def _driver(root: Path) -> subprocess.Popen:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    # A session of its own: the process-group case signals the driver's whole group, as a terminal does.
+    return subprocess.Popen(["ctsweep", "search", "xor", "cfc", "--root", str(root)], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def _runs(root: Path) -> list:
+    client = MlflowClient(tracking.tracking_uri(root))
+    exp = client.get_experiment_by_name("ctsweep/xor")
+    return list(client.search_runs([exp.experiment_id], max_results=1000)) if exp else []
+
+
+def _children(runs: list) -> list:
+    return [r for r in runs if tracking.PARENT_TAG in r.data.tags]
+
+
+def _epochs(run) -> float:
+    return run.data.metrics.get("epoch", 0)
+
+
+def _one_finished_one_training(runs: list):
+    children = _children(runs)
+    finished = [r for r in children if _epochs(r) >= EPOCHS]
+    training = [r for r in children if 1 <= _epochs(r) < EPOCHS]
+    return children if finished and training else None
+
+
+def _first_trial_started(runs: list):
+    children = _children(runs)
+    return children if children and all(_epochs(r) == 0 for r in children) else None
+
+
+CASES = {
+    "SIGINT": (signal.SIGINT, False, _one_finished_one_training),
+    "SIGTERM": (signal.SIGTERM, False, _one_finished_one_training),
+    "SIGINT-twice": (signal.SIGINT, False, _one_finished_one_training),
+    "SIGINT-to-the-process-group": (signal.SIGINT, True, _one_finished_one_training),
+    "SIGINT-before-the-first-epoch": (signal.SIGINT, False, _first_trial_started),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_an_interrupted_search_keeps_the_old_result_and_resumes(root: Path, case: str) -> None:
+    sig, group, condition = CASES[case]
+    out = search_result_path(root, "xor", "cfc")
+    out.parent.mkdir(parents=True)
+    out.write_text('{"an earlier search": "its complete result"}\n')
+    previous = out.read_bytes()
+    driver = _driver(root)
+    seen: dict[str, float] = {}
+
+    def interrupt(children: list) -> None:
+        seen.update({r.data.tags["ray_trial_id"]: _epochs(r) for r in children})
+        for _ in range(2 if case.endswith("twice") else 1):
+            if group:
+                os.killpg(driver.pid, sig)
+            else:
+                os.kill(driver.pid, sig)
+
+    watch(lambda: _runs(root), condition, interrupt, timeout_s=300).join(timeout=320)
+    _, err = driver.communicate(timeout=300)
+    assert seen, f"the driver was not caught mid-search:\n{err[-3000:]}"
+    assert driver.returncode == 128 + sig, err[-3000:]
+    assert f"interrupted by {signal.Signals(sig).name}" in err.strip().splitlines()[-1]
+    assert out.read_bytes() == previous  # the earlier result, byte for byte
+    assert not [p for p in out.parent.iterdir() if p.name != out.name]  # no temporary file left
+    runs = _runs(root)
+    assert [r.info.status for r in runs if r.info.status == "RUNNING"] == []
+    [parent] = [r for r in runs if tracking.PARENT_TAG not in r.data.tags]
+    assert parent.info.status == "KILLED" and COMPLETE_TAG not in parent.data.tags  # resumable
+    interrupted = [r for r in _children(runs) if "interrupted" in r.data.tags]
+    assert all(r.info.status == "KILLED" for r in interrupted)
+    finished_before = {r.info.run_id for r in _children(runs) if _epochs(r) >= EPOCHS}
+
+    again = _driver(root)
+    stdout, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err[-3000:]
+    assert "(resumed)" in stdout
+    record = json.loads(out.read_text())
+    assert record["resumed"] and record["n_trials"] == TRIALS and record["n_failed"] == 0
+    runs = _runs(root)
+    [parent_again] = [r for r in runs if tracking.PARENT_TAG not in r.data.tags]  # the same parent, reopened
+    assert parent_again.info.run_id == parent.info.run_id and parent_again.info.status == "FINISHED"
+    assert "interrupted" not in parent_again.data.tags
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    client = MlflowClient(tracking.tracking_uri(root))
+    for run_id in finished_before:  # kept, not trained again
+        assert len(client.get_metric_history(run_id, "epoch")) == EPOCHS
