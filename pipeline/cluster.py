@@ -11,6 +11,7 @@ from typing import Any
 
 import ray
 
+from pipeline import interrupts
 from pipeline.config import Resources
 from pipeline.errors import ConfigError, ResourceError
 
@@ -70,12 +71,15 @@ def ray_session(dashboard: bool = False) -> Iterator[None]:
     if address:
         _use_token_when_available()
     options = {} if address else _local_options(dashboard)
-    ray.init(address=address or "local", log_to_driver=bool(os.environ.get("CTSWEEP_RAY_LOGS")),
-             configure_logging=False, **options)
     try:
+        with interrupts.deferred():  # a signal during start-up or shutdown is raised after it, not inside Ray
+            ray.init(address=address or "local", log_to_driver=bool(os.environ.get("CTSWEEP_RAY_LOGS")),
+                     configure_logging=False, **options)
+            interrupts.reclaim()  # Ray's own SIGTERM handler would abort the driver without clean-up
         yield
     finally:
-        ray.shutdown()
+        with interrupts.deferred():
+            ray.shutdown()
 
 
 def alive_nodes() -> list[dict[str, float]]:

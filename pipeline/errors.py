@@ -33,3 +33,8 @@ class ResourceError(CtsweepError):
 
 class OutputError(CtsweepError):
     """An output cannot be written (disk full, read-only or missing permissions); names the path."""
+
+
+class CorruptInputError(CtsweepError):
+    """An earlier stage's output exists but cannot be used (truncated, hand-edited, missing or
+    mistyped fields); the message names the file and the command that rebuilds it."""

@@ -19,15 +19,17 @@ from typing import Any
 import ray
 import torch
 
-from pipeline import run_lookup, tracking
+from pipeline import final_resume, run_lookup, tracking
 from pipeline.cluster import check_fits, check_shared_storage, ray_session
 from pipeline.config import FinalParams, Resources
 from pipeline.data.contract import Dataset, load_dataset
 from pipeline.errors import ConfigError
 from pipeline.interrupts import Interrupted, deferred
-from pipeline.io import check_writable, read_json, write_json
+from pipeline.io import check_writable, write_json
+from pipeline.locks import stage_lock
 from pipeline.names import check_name
 from pipeline.paths import final_result_path, processed_dir, require, search_result_path
+from pipeline.schema import SEARCH_FOR_FINAL, read_record
 from pipeline.serving import log_model_from_state
 from pipeline.spaces import split_config
 from pipeline.train import Trainer, TrainSettings, device_for, is_better
@@ -87,6 +89,8 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
         tracking.log_metrics(client, run_id, {"final_val": result["val"], "final_test": result["test"],
                                               "num_params": result["num_params"],
                                               "seconds_per_epoch": result["seconds_per_epoch"]})
+        if job.lr_factor == 1.0:  # a resumed stage reuses this seed instead of training it again
+            final_resume.save_state(client, run_id, best_state)
     except Exception as exc:
         tracking.finish(client, run_id, exc)
         raise
@@ -101,13 +105,15 @@ def _spread(jobs: list[SeedJob], data: Dataset, res: Resources) -> list[dict[str
     remote = ray.remote(train_seed).options(num_cpus=res.cpu, num_gpus=res.gpu)
     data_ref = ray.put(data)  # once, not once per seed
     refs = [remote.remote(job, data_ref) for job in jobs]
-    try:
-        return ray.get(refs)
-    except Interrupted:
-        with deferred():  # stop the seeds now, not when Ray shuts down: their runs are closed next
-            for ref in refs:
+    remaining = list(refs)
+    with deferred() as interrupt:  # a signal is checked between short waits, never raised inside Ray
+        while remaining and interrupt.signum is None:
+            ready, remaining = ray.wait(remaining, num_returns=len(remaining), timeout=0.5)
+            ray.get(ready)  # a failed seed fails the stage now, as a plain ray.get would
+        if interrupt.signum is not None:  # stop the seeds now, not at Ray's shutdown: their runs are closed next
+            for ref in remaining:
                 ray.cancel(ref, force=True)
-        raise
+    return ray.get(refs)
 
 
 def _summary(values: list[float]) -> tuple[float, float]:
@@ -119,49 +125,71 @@ def final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, An
     """Retrain the searched best config of (dataset, family) on every seed of `p.seeds`."""
     check_name(dataset, "dataset name")
     check_name(family, "family name")
+    with stage_lock(root, "final", dataset, family):  # one driver per final evaluation: a second is refused
+        return _final(root, dataset, family, p)
+
+
+def _final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, Any]:
     data_dir = require(processed_dir(root, dataset), f"ctsweep prepare {dataset}")
-    searched = read_json(require(search_result_path(root, dataset, family), f"ctsweep search {dataset} {family}"))
+    producer = f"ctsweep search {dataset} {family}"
+    searched = read_record(require(search_result_path(root, dataset, family), producer), producer, SEARCH_FOR_FINAL)
     if searched["trial_seed"] in p.seeds:
         raise ConfigError(f"params.yaml: key `final.seeds`: {p.seeds} includes the search seed "
                           f"{searched['trial_seed']}; final seeds must be fresh")
     check_writable(final_result_path(root, dataset, family).parent)
+    data = load_dataset(data_dir)  # a corrupt split fails now, before Ray and MLflow
     client, exp_id = tracking.experiment_id(root, dataset)
-    parent = tracking.start_run(client, exp_id, f"final/{family}", {"dataset": dataset, "family": family,
-                                                                     "stage": "final"})
-    tracking.log_params(client, parent, {**searched["best_config"], "seeds": p.seeds, "epochs": p.epochs,
-                                          "lr_factors": p.lr_factors})
+    parent, resumed = final_resume.open_parent(
+        client, exp_id, dataset, family, final_resume.fingerprint(dataset, family, searched, p, data_dir),
+        {**searched["best_config"], "seeds": p.seeds, "epochs": p.epochs, "lr_factors": p.lr_factors})
     res = p.resources_for(family)
     jobs = [SeedJob(dataset, family, str(data_dir), scaled_lr(searched["best_config"], factor), s, p.epochs,
                     res.cpu, res.gpu, tracking.tracking_uri(root), exp_id, parent, factor)
             for factor in (1.0, *p.lr_factors) for s in p.seeds]
     try:
-        with ray_session():
-            check_shared_storage(tracking.tracking_uri(root))
-            check_fits(res, f"final.family_resources.{family}" if family in p.family_resources else "final.resources")
-            done = _spread(jobs, load_dataset(data_dir), res)
-        runs = [r for r in done if r["lr_factor"] == 1.0]
-        record = _record(dataset, family, searched, runs, p)
-        record["robustness"] = [_robustness(searched["best_config"], f, [r for r in done if r["lr_factor"] == f])
-                                for f in p.lr_factors]
-        best = max(runs, key=lambda r: r["val"]) if searched["mode"] == "max" else min(runs, key=lambda r: r["val"])
-        record["model_uri"] = log_model_from_state(best["mlflow_run_id"], tracking.tracking_uri(root), family,
-                                                   split_config(searched["best_config"])[1], best["input_channels"],
-                                                   best["state_dict"], best["meta"])
-        record["model_seed"] = best["seed"]
-        record["mlflow_parent_run_id"] = parent
+        kept = final_resume.finished_seeds(client, exp_id, parent) if resumed else {}
+        todo = [j for j in jobs if (j.seed, j.lr_factor) not in kept]
+        done = []
+        if todo:
+            with ray_session():
+                check_shared_storage(tracking.tracking_uri(root))
+                check_fits(res, f"final.family_resources.{family}" if family in p.family_resources
+                           else "final.resources")
+                done = _spread(todo, data, res)
+        by_key = {**kept, **{(r["seed"], r["lr_factor"]): r for r in done}}
+        record = _evaluate(root, dataset, family, searched, p, [by_key[(j.seed, j.lr_factor)] for j in jobs], data)
+        record.update(mlflow_parent_run_id=parent, resumed=resumed, reused_seeds=len(kept))
         tracking.log_metrics(client, parent, {k: record[k] for k in ("val_mean", "val_std", "test_mean", "test_std")})
         for r in record["robustness"]:
             tracking.log_metrics(client, parent, {f"lr_x{r['lr_factor']:g}_{k}": r[k]
                                                   for k in ("val_mean", "val_std", "test_mean", "test_std")})
+        write_json(final_result_path(root, dataset, family), record)
     except Interrupted as exc:  # the seeds were stopped; the previous result file stays as it was
         with deferred():
             run_lookup.close_interrupted(client, exp_id, parent, str(exc))
         raise
-    except BaseException as exc:
+    except BaseException as exc:  # a failed seed: resumable too (finished seeds are kept)
         tracking.finish(client, parent, exc)
         raise
+    tracking.set_tags(client, parent, {final_resume.COMPLETE_TAG: "true"})
     tracking.finish(client, parent)
-    write_json(final_result_path(root, dataset, family), record)
+    return record
+
+
+def _evaluate(root: Path, dataset: str, family: str, searched: dict[str, Any], p: FinalParams, results: list[dict[str, Any]],
+              data: Dataset) -> dict[str, Any]:
+    """The final record from every seed's result; logs the best nominal seed's model for promotion."""
+    runs = [r for r in results if r["lr_factor"] == 1.0]
+    record = _record(dataset, family, searched, runs, p)
+    record["robustness"] = [_robustness(searched["best_config"], f, [r for r in results if r["lr_factor"] == f])
+                            for f in p.lr_factors]
+    best = max(runs, key=lambda r: r["val"]) if searched["mode"] == "max" else min(runs, key=lambda r: r["val"])
+    uri = tracking.tracking_uri(root)
+    state = best["state_dict"] if "state_dict" in best else final_resume.load_state(uri, best["mlflow_run_id"])
+    record["model_uri"] = log_model_from_state(best["mlflow_run_id"], uri, family,
+                                               split_config(searched["best_config"])[1],
+                                               data.splits["train"].x.shape[2], state, data.meta)
+    record["model_seed"] = best["seed"]
     return record
 
 

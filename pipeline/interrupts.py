@@ -11,7 +11,7 @@ and returns the partial results as if the search had finished. That made a Ctrl-
 complete (it was written as the result and never resumed). Inside `graceful_tune()` the first
 signal (SIGINT or SIGTERM) asks Tune to stop in that same graceful way, and the caller learns
 afterwards that the stop was an interrupt (`Pending.signum`), so it can refuse to treat the
-partial search as a result. A second signal raises at once, as an impatient user expects.
+partial search as a result.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
@@ -63,18 +64,39 @@ def _tune_stop_handler() -> Callable[[int, Any], None] | None:
     return handler if getattr(handler, "__name__", "") == _TUNE_HANDLER_NAME else None
 
 
+def _deliver_when_tune_listens(pending: Pending) -> None:
+    """A signal came before Tune's loop installed its handler: send Tune the same request once it
+    does (from a thread, by SIGUSR1, which Python then handles in the main thread)."""
+    def wait() -> None:
+        while _State.graceful is pending:
+            if _tune_stop_handler() is not None:
+                os.kill(os.getpid(), _TUNE_SIGNAL)
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=wait, daemon=True, name="ctsweep-interrupt").start()
+
+
 def _handler(signum: int, frame: FrameType | None) -> None:
-    if _State.deferred is not None:
-        _State.deferred.signum = _State.deferred.signum or signum
-        return
-    pending = _State.graceful
-    if pending is not None and pending.signum is None:
-        pending.signum = signum
+    # Never raise inside Ray's loop or a blocking Ray call: an exception thrown into Ray's Cython
+    # code surfaces as a SystemError with a traceback, not as our clean stop. There a signal is
+    # recorded, and the code that waits checks it (graceful_tune, deferred).
+    pending = _State.graceful or _State.deferred
+    if pending is None:
+        raise Interrupted(signum)
+    if pending.signum is not None:
+        return  # a second signal: the stop is already under way (SIGKILL stops at once)
+    pending.signum = signum
+    if pending is _State.graceful:
         stop = _tune_stop_handler()
         if stop is not None:  # Tune's loop is running: let it stop the trials and save its state
             stop(_TUNE_SIGNAL, frame)
-            return
-    raise Interrupted(signum)
+        else:
+            _deliver_when_tune_listens(pending)
+
+
+class _Handling:
+    active = False  # inside handle_signals()
 
 
 @contextlib.contextmanager
@@ -85,18 +107,30 @@ def handle_signals() -> Iterator[None]:
         yield
         return
     previous = {s: signal.signal(s, _handler) for s in SIGNALS}
+    outer, _Handling.active = _Handling.active, True
     try:
         yield
     finally:
+        _Handling.active = outer
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def reclaim() -> None:
+    """Install our handlers again after `ray.init`: Ray's core worker puts a C-level handler on
+    SIGTERM in the driver that prints a stack dump and aborts (exit -6), so a `kill` would skip
+    every clean-up. Does nothing outside handle_signals() or off the main thread."""
+    if _Handling.active and threading.current_thread() is threading.main_thread():
+        for s in SIGNALS:
+            signal.signal(s, _handler)
 
 
 @contextlib.contextmanager
 def graceful_tune() -> Iterator[Pending]:
     """Around `Tuner.fit()`: the first SIGINT or SIGTERM makes Tune stop its trials and save the
-    experiment (resumable with Tuner.restore) and is recorded in the yielded Pending; a second
-    raises Interrupted at once. Needs `handle_signals()` around it to see any signal."""
+    experiment (resumable with Tuner.restore) and is recorded in the yielded Pending; the caller
+    raises Interrupted after fit returns. Later signals are ignored: cutting the save short
+    would only make the resume start from an older state. Needs `handle_signals()` around it."""
     pending = Pending()
     before_env = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # SIGINT stays ours; Tune still listens on SIGUSR1
@@ -113,8 +147,9 @@ def graceful_tune() -> Iterator[Pending]:
 
 @contextlib.contextmanager
 def deferred() -> Iterator[Pending]:
-    """Signals arriving within the block are held until it ends, then raise Interrupted: for
-    short clean-ups (closing MLflow runs) that must not be cut in half by a second Ctrl-C."""
+    """Signals arriving within the block are recorded (the yielded Pending) and raise Interrupted
+    when it ends: around clean-ups that must not be cut in half by a second Ctrl-C, and around
+    waits on Ray, which poll `Pending.signum` instead of being interrupted inside Ray's code."""
     outer = _State.deferred
     pending = Pending()
     _State.deferred = pending

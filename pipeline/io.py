@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import OutputError
+from pipeline.errors import CorruptInputError, OutputError
 
 _REASONS = {
     errno.ENOSPC: "no space left on the device",
@@ -51,8 +51,42 @@ def write_json(path: Path, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
-def read_json(path: Path) -> Any:
-    return json.loads(path.read_text())
+def corrupt(path: Path, why: str, producer: str) -> CorruptInputError:
+    """The one-line error for an unusable intermediate file: what is wrong and which command
+    rebuilds it (a hand-edit or a crash of another tool can leave any file half-written)."""
+    return CorruptInputError(f"{path} is corrupt ({why}); rebuild it with `{producer}` (or `dvc repro`)")
+
+
+def read_json(path: Path, producer: str | None = None) -> Any:
+    """Parse a JSON file. With `producer` (the command that writes the file), a file that is not
+    UTF-8 JSON raises CorruptInputError naming the file, where it breaks off and that command."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        return json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        if producer is None:
+            raise
+        raise corrupt(path, json_problem(exc), producer) from None
+
+
+def json_problem(exc: UnicodeDecodeError | json.JSONDecodeError) -> str:
+    """'empty file', 'truncated JSON at line 3' or 'invalid JSON at line 2, column 5: <why>'."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text: byte {exc.start}"
+    if not exc.doc.strip():
+        return "empty file"
+    if _cut_short(exc):
+        return f"truncated JSON at line {exc.lineno}"
+    return f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+
+
+def _cut_short(exc: json.JSONDecodeError) -> bool:
+    """Whether the parser ran out of text (a truncated file) rather than met a wrong character:
+    nothing follows the failing point but, at most, the start of a literal or a string."""
+    rest = exc.doc[exc.pos:].strip()
+    if exc.msg.startswith("Unterminated string") or not rest:
+        return True
+    return exc.msg == "Expecting value" and any(word.startswith(rest) for word in ("true", "false", "null"))
 
 
 def check_writable(folder: Path, need_bytes: int = 1 << 20) -> None:

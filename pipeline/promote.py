@@ -27,11 +27,12 @@ from mlflow.tracking import MlflowClient
 from pipeline import tracking
 from pipeline.config import PromoteParams
 from pipeline.errors import CtsweepError
-from pipeline.io import read_json, write_json
+from pipeline.io import write_json
 from pipeline.paths import final_result_path, reports_dir, require
 from pipeline.provenance import git_commit
 from pipeline.report import best_family
 from pipeline.report_tables import fmt
+from pipeline.schema import FINAL_FOR_PROMOTE, read_record
 from pipeline.stats import welch
 
 ALIAS = "champion"
@@ -122,6 +123,11 @@ def side_by_side(name: str, champion: Any | None, record: dict[str, Any]) -> str
     return "\n".join(lines)
 
 
+def _read_final(root: Path, dataset: str, family: str) -> dict[str, Any]:
+    producer = f"ctsweep final {dataset} {family}"
+    return read_record(require(final_result_path(root, dataset, family), producer), producer, FINAL_FOR_PROMOTE)
+
+
 def promote_dataset(root: Path, dataset: str, families: list[str], p: PromoteParams,
                     family: str | None = None, force: bool = False, dry_run: bool = False) -> dict[str, Any]:
     """Decide on the alias of `dataset`'s registered model; returns the decision with its reason.
@@ -131,8 +137,7 @@ def promote_dataset(root: Path, dataset: str, families: list[str], p: PromotePar
     """
     if family is not None and family not in families:
         raise CtsweepError(f"family {family!r} is not in params.yaml `families` for {dataset}; valid: {families}")
-    finals = {f: read_json(require(final_result_path(root, dataset, f), f"ctsweep final {dataset} {f}"))
-              for f in ([family] if family else families)}
+    finals = {f: _read_final(root, dataset, f) for f in ([family] if family else families)}
     chosen = family or best_family(finals)
     record = finals[chosen]
     if record["n_seeds"] < p.seeds_required:

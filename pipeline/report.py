@@ -26,12 +26,14 @@ from typing import Any
 
 from pipeline import plots, tracking
 from pipeline.errors import MissingInputError
-from pipeline.io import read_json, write_json, write_text
+from pipeline.io import write_json, write_text
 from pipeline.paths import final_result_path, reports_dir, require, search_result_path
 from pipeline.provenance import stamp
 from pipeline.references import References, load_references
 from pipeline.report_tables import (provenance_lines, references_lines, results_table, robustness_lines,
                                     sensitivity_lines, welch_vs_best)
+from pipeline.schema import FINAL_FOR_REPORT, SEARCH_FOR_REPORT, read_record
+from pipeline.staging import staged
 
 METRIC_KEYS = ("val_mean", "val_std", "test_mean", "test_std", "n_seeds", "metric", "params",
                "seconds_per_epoch", "n_trials", "n_failed")
@@ -47,7 +49,8 @@ def collect(root: Path, datasets: list[str], families: list[str]) -> dict[str, d
         raise MissingInputError(
             f"no final results for {what} (looked in {final_result_path(root, *first).parent}); run the final "
             f"stage first: `ctsweep final {first[0]} {first[1]}` for each pair, or `dvc repro` for all")
-    return {d: {f: read_json(final_result_path(root, d, f)) for f in families} for d in datasets}
+    return {d: {f: read_record(final_result_path(root, d, f), f"ctsweep final {d} {f}", FINAL_FOR_REPORT)
+                for f in families} for d in datasets}
 
 
 def best_family(results: dict[str, dict[str, Any]]) -> str:
@@ -79,8 +82,12 @@ def mean_curves(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def read_searches(root: Path, dataset: str, families: list[str]) -> dict[str, dict[str, Any]]:
-    return {f: read_json(require(search_result_path(root, dataset, f), f"ctsweep search {dataset} {f}"))
-            for f in families}
+    return {f: _read_search(root, dataset, f) for f in families}
+
+
+def _read_search(root: Path, dataset: str, family: str) -> dict[str, Any]:
+    producer = f"ctsweep search {dataset} {family}"
+    return read_record(require(search_result_path(root, dataset, family), producer), producer, SEARCH_FOR_REPORT)
 
 
 def lr_points(searches: dict[str, dict[str, Any]], finals: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -176,11 +183,13 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
     refs = load_references(root)
     out = reports_dir(root)
     metrics, pngs = {}, {}
-    for dataset, results in finals.items():
-        best = best_family(results)
-        metrics[dataset] = _metrics(results, best)
-        pngs[dataset] = _write_dataset(out, dataset, results, searches[dataset], best, refs)
-    write_text(out / "results.md", results_markdown(root, finals, searches, refs, provenance))
-    write_json(out / "metrics.json", metrics)
+    with staged(out) as stage:  # every file of the report replaced together, or none of them
+        for dataset, results in finals.items():
+            best = best_family(results)
+            metrics[dataset] = _metrics(results, best)
+            pngs[dataset] = [out / p.relative_to(stage)
+                             for p in _write_dataset(stage, dataset, results, searches[dataset], best, refs)]
+        write_text(stage / "results.md", results_markdown(root, finals, searches, refs, provenance))
+        write_json(stage / "metrics.json", metrics)
     log_to_mlflow(root, finals, out / "results.md", pngs)
     return metrics

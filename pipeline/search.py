@@ -30,9 +30,10 @@ from pipeline.data.inputs import fingerprint as data_fingerprint
 from pipeline.errors import TrialFailedError
 from pipeline.interrupts import Interrupted, deferred, graceful_tune
 from pipeline.io import check_writable, write_json
+from pipeline.locks import stage_lock
 from pipeline.models import get_model_class
-from pipeline.names import check_name
 from pipeline.models.embedding import check_token_family
+from pipeline.names import check_name
 from pipeline.paths import processed_dir, require, search_result_path
 from pipeline.scheduling import HistorySource, ResumableASHA, make_searcher
 from pipeline.spaces import SearchSpace, load_space, space_path
@@ -130,8 +131,14 @@ def search(root: Path, dataset: str, family: str, p: SearchParams, fresh: bool =
     """
     check_name(dataset, "dataset name")
     check_name(family, "family name")  # before it names a space file, a result file or a Ray experiment
+    with stage_lock(root, "search", dataset, family):  # one driver per search: a second is refused
+        return _search(root, dataset, family, p, fresh)
+
+
+def _search(root: Path, dataset: str, family: str, p: SearchParams, fresh: bool) -> dict[str, Any]:
     data_dir = require(processed_dir(root, dataset), f"ctsweep prepare {dataset}")
     meta = load_meta(data_dir)
+    data = load_dataset(data_dir)  # a corrupt split fails now, before Ray and MLflow; shipped to every trial
     if meta.vocab_size:  # a token dataset: refuse families that cannot read an embedding, before Ray
         check_token_family(family, get_model_class(family), dataset)
     space = load_space(space_path(root, family), family)
@@ -151,7 +158,8 @@ def search(root: Path, dataset: str, family: str, p: SearchParams, fresh: bool =
         client, exp_id = tracking.experiment_id(root, dataset)
         parent, path, resumed = _open_parent(client, exp_id, dataset, family, fp, storage, fresh)
         try:
-            record = _run(root, dataset, family, p, res, meta, space, data_dir, client, exp_id, parent, path, resumed)
+            record = _run(root, dataset, family, p, res, meta, space, data_dir, data, client, exp_id, parent, path,
+                          resumed)
             write_json(out, record)
         except TrialFailedError as exc:  # every trial failed: final, not resumable
             tracking.set_tags(client, parent, {COMPLETE_TAG: "true"})
@@ -170,20 +178,19 @@ def search(root: Path, dataset: str, family: str, p: SearchParams, fresh: bool =
 
 
 def _run(root: Path, dataset: str, family: str, p: SearchParams, res: Resources, meta: Any, space: SearchSpace,
-         data_dir: Path, client: tracking.MlflowClient, exp_id: str, parent: str, path: str,
+         data_dir: Path, data: Any, client: tracking.MlflowClient, exp_id: str, parent: str, path: str,
          resumed: bool) -> dict[str, Any]:
     if not resumed:
         tracking.log_params(client, parent, {"search." + k: v for k, v in p.model_dump().items()})
     ctx = TrialContext(dataset, family, str(data_dir), p.epochs, p.trial_seed, res.cpu, tracking.tracking_uri(root),
                        exp_id, parent, p.trial_time_limit_s, res.gpu, res.workers)
-    data = load_dataset(data_dir)  # shipped to every trial through the object store: nodes need no copy
-    if resumed:
-        tuner = tune.Tuner.restore(path, trainable=_trainable(ctx, data, res), resume_unfinished=True,
-                                   resume_errored=False, restart_errored=False)
-    else:
-        storage, name = path.rsplit("/", 1)
-        tuner = _new_tuner(space, ctx, data, p, res, meta.mode, storage, name)
-    with graceful_tune() as interrupt:
+    with graceful_tune() as interrupt:  # from here a signal stops Tune gracefully; checked below
+        if resumed:
+            tuner = tune.Tuner.restore(path, trainable=_trainable(ctx, data, res), resume_unfinished=True,
+                                       resume_errored=False, restart_errored=False)
+        else:
+            storage, name = path.rsplit("/", 1)
+            tuner = _new_tuner(space, ctx, data, p, res, meta.mode, storage, name)
         grid = tuner.fit()
     if interrupt.signum is not None:  # Tune stopped early and saved its state: a partial search, not a result
         raise Interrupted(interrupt.signum)

@@ -15,9 +15,11 @@ from typing import Any
 
 import mlflow
 import numpy as np
+import pandas as pd
 import torch
+from mlflow.pyfunc import PythonModelContext
 
-from pipeline.data.contract import Meta
+from pipeline.data.contract import Meta, pad_sequences
 from pipeline.metrics import probabilities
 from pipeline.models import get_model_class
 from pipeline.train import build_model
@@ -59,17 +61,43 @@ def predict_arrays(model: torch.nn.Module, meta: Meta, family: str, model_kwargs
         return probabilities(meta, model(**inputs)).numpy()
 
 
-class SequenceClassifierModel(mlflow.pyfunc.PythonModel):
-    """pyfunc wrapper; `predict` takes {"x": (N, L, C), "t": (N, L), optional "mask": (N, L)}."""
+def frame_to_arrays(frame: pd.DataFrame, channels: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A long table (one row per observation: `series`, `time`, one column per channel, NaN where
+    not observed) -> x (N, L, C), t (N, L), mask (N, L), series in order of first appearance."""
+    missing = [c for c in ("series", "time", *channels) if c not in frame.columns]
+    if missing:
+        raise ValueError(f"model input lacks columns {missing}; expected series, time, {', '.join(channels)}")
+    values, times = [], []
+    for _, rows in frame.groupby("series", sort=False):
+        rows = rows.sort_values("time", kind="stable")  # equal times keep their order
+        times.append(rows["time"].to_numpy(np.float32))
+        values.append(rows[channels].to_numpy(np.float32))
+    return pad_sequences(values, times)
 
-    def load_context(self, context: Any) -> None:
+
+class SequenceClassifierModel(mlflow.pyfunc.PythonModel):
+    """pyfunc wrapper around a checkpoint; `predict` returns what `predict_arrays` returns.
+
+    `model_input` is a long table as `ctsweep predict` reads from CSV and `mlflow models serve`
+    receives as JSON records (a DataFrame: `series`, `time`, one column per channel); from Python
+    a dict of padded arrays {"x": (N, L, C), "t": (N, L), optional "mask": (N, L)} works too.
+    The hint is `pd.DataFrame`, one of the types MLflow 3 takes without deriving a schema: with no
+    hint, or one it cannot turn into a schema (dict[str, np.ndarray]), MLflow warns whenever this
+    class is defined, i.e. before every `final` or `predict` error. No signature is logged (MLflow
+    says so once when logging): with one, MLflow would turn a dict input into a DataFrame.
+    """
+
+    def load_context(self, context: PythonModelContext) -> None:
         self.model, self.meta, ckpt = load_checkpoint(context.artifacts["checkpoint"])
         self.family, self.model_kwargs = ckpt["family"], ckpt["model_kwargs"]
 
-    # No type hints here: MLflow 3 derives a schema from them and would reject a dict of arrays.
-    def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201
-        return predict_arrays(self.model, self.meta, self.family, self.model_kwargs, model_input["x"],
-                              model_input["t"], model_input.get("mask"))
+    def predict(self, context: PythonModelContext | None, model_input: pd.DataFrame,
+                params: dict[str, Any] | None = None) -> np.ndarray:
+        if isinstance(model_input, pd.DataFrame):
+            x, t, mask = frame_to_arrays(model_input, self.meta.channels)
+        else:
+            x, t, mask = model_input["x"], model_input["t"], model_input.get("mask")
+        return predict_arrays(self.model, self.meta, self.family, self.model_kwargs, x, t, mask)
 
 
 def log_pyfunc(run_id: str, tracking_uri: str, checkpoint: Path) -> str:

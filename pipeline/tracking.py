@@ -112,10 +112,25 @@ def _check_server(uri: str) -> None:
                            f"{response.status_code}, not 200: is it an MLflow server? {hint}")
 
 
+@contextlib.contextmanager
+def _quiet(*loggers: str) -> Iterator[None]:
+    """Hold these loggers to warnings: creating a fresh store logs two INFO lines ("Creating initial
+    MLflow database tables...") that would stand before a stage's one-line error."""
+    saved = {name: logging.getLogger(name).level for name in loggers}
+    for name in loggers:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
+
+
 def _open(uri: str) -> None:
     """Open the store once: on a fresh database this creates its tables."""
     try:
-        MlflowClient(uri).search_experiments(max_results=1)
+        with _quiet("mlflow.store.db.utils", "alembic.runtime.migration"):
+            MlflowClient(uri).search_experiments(max_results=1)
     except (MlflowException, SQLAlchemyError) as exc:  # unwritable folder, unsupported URI, old schema
         message = exc.message if isinstance(exc, MlflowException) else str(exc).splitlines()[0]
         raise CtsweepError(f"MLflow tracking store {uri} cannot be opened: {message}") from exc

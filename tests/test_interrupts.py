@@ -133,3 +133,62 @@ def test_an_interrupted_search_keeps_the_old_result_and_resumes(root: Path, case
     client = MlflowClient(tracking.tracking_uri(root))
     for run_id in finished_before:  # kept, not trained again
         assert len(client.get_metric_history(run_id, "epoch")) == EPOCHS
+
+
+def test_an_interrupted_final_stage_keeps_the_old_result_and_resumes_its_finished_seeds(root: Path) -> None:
+    from pipeline.config import load_params
+    from pipeline.final_resume import COMPLETE_TAG as FINAL_COMPLETE
+    from pipeline.paths import final_result_path
+    from pipeline.search import search
+
+    raw = default_params()
+    raw.update(datasets=["xor"], families=["cfc"], prepare={"xor": {"kind": "xor", "n_train": 1600, "n_test": 50}})
+    raw["search"] = {"num_samples": 1, "max_concurrent": 1, "epochs": 1, "n_startup_trials": 1,
+                     "asha": {"grace_period": 1}}
+    # Two CPUs a seed on this 2-core machine: one seed at a time, so one finishes before the other.
+    raw["final"] = {"seeds": [1, 2], "epochs": EPOCHS, "lr_factors": [], "resources": {"cpu": 2}}
+    raw["promote"] = {**raw.get("promote", {}), "seeds_required": 2}
+    write_params(root, raw)
+    search(root, "xor", "cfc", load_params(root / "params.yaml").search)
+    out = final_result_path(root, "xor", "cfc")
+    out.parent.mkdir(parents=True)
+    out.write_text('{"an earlier final": "its complete result"}\n')
+    previous = out.read_bytes()
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    command = ["ctsweep", "final", "xor", "cfc", "--root", str(root)]
+    driver = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              start_new_session=True)
+
+    def seeds(runs: list) -> list:
+        return [r for r in runs if r.data.tags.get("stage") == "final" and tracking.PARENT_TAG in r.data.tags]
+
+    def one_seed_done_another_training(runs: list):
+        done = [r for r in seeds(runs) if r.info.status == "FINISHED"]
+        training = [r for r in seeds(runs) if r.info.status == "RUNNING" and _epochs(r) >= 1]
+        return done if done and training else None
+
+    caught: list = []
+    watch(lambda: _runs(root), one_seed_done_another_training,
+          lambda found: (caught.extend(found), os.kill(driver.pid, signal.SIGTERM)), timeout_s=300).join(timeout=320)
+    _, err = driver.communicate(timeout=300)
+    assert caught, err[-3000:]
+    assert driver.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "interrupted by SIGTERM" in err.strip().splitlines()[-1]
+    assert out.read_bytes() == previous and [p.name for p in out.parent.iterdir()] == [out.name]
+    runs = [r for r in _runs(root) if r.data.tags.get("stage") == "final"]
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    [parent] = [r for r in runs if tracking.PARENT_TAG not in r.data.tags]
+    assert parent.info.status == "KILLED" and parent.data.tags["interrupted"] == "interrupted by SIGTERM"
+    assert FINAL_COMPLETE not in parent.data.tags
+
+    again = subprocess.run(command, env=env, text=True, capture_output=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert record["resumed"] and record["reused_seeds"] == 1 and record["n_seeds"] == 2
+    assert record["mlflow_parent_run_id"] == parent.info.run_id
+    assert caught[0].info.run_id in {s["mlflow_run_id"] for s in record["seeds"]}  # kept, not retrained
+    runs = [r for r in _runs(root) if r.data.tags.get("stage") == "final"]
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    [parent] = [r for r in runs if tracking.PARENT_TAG not in r.data.tags]
+    assert parent.info.status == "FINISHED" and parent.data.tags[FINAL_COMPLETE] == "true"
+    assert record["model_uri"]  # the best seed's model was logged, from kept weights or fresh ones

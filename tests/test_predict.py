@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import csv
 import re
+import warnings
 from pathlib import Path
 from typing import Iterator
 
 import mlflow
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
@@ -16,7 +18,7 @@ from mlflow.tracking import MlflowClient
 from pipeline import tracking
 from pipeline.data.contract import Meta
 from pipeline.errors import CtsweepError, DataError
-from pipeline.predict import Series, load_registered, predict_file, read_series
+from pipeline.predict import Series, _check_output, load_registered, predict_file, read_series, screen
 from pipeline.promote import registered_name
 from pipeline.serving import log_model_from_state, predict_arrays
 from pipeline.train import build_model
@@ -240,3 +242,115 @@ def test_bad_input_raises_data_error_naming_the_file(case: str, root: Path, tmp_
         predict_file(root, "toy", path, out)
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir()] == [name]  # not even a temporary file
+
+
+# ------------------------------------------------------------------ refusals and warnings (issue 14, part 5)
+
+
+def _with(x_edit: dict[tuple[int, int, int], float], n_copies: int = 1) -> Series:
+    """_series() tiled `n_copies` times (ids s1, s2, s3, s1-1, ...), with x[i, j, c] = v for each edit."""
+    s = _series()
+    x, t, mask = (np.concatenate([a] * n_copies) for a in (s.x, s.t, s.mask))
+    ids = [name if k == 0 else f"{name}-{k}" for k in range(n_copies) for name in s.ids]
+    for (i, j, c), v in x_edit.items():
+        x[i, j, c] = v
+    return Series(ids, x, t, mask)
+
+
+def _all_missing(s: Series, rows: list[int]) -> Series:
+    x = s.x.copy()
+    x[rows] = np.nan
+    return Series(s.ids, x, s.t, s.mask)
+
+
+def test_series_without_any_value_are_refused_by_id_with_a_count(root: Path, tmp_path: Path) -> None:
+    s = _all_missing(_with({}, n_copies=3), rows=[0, 2, 3, 4, 5, 6, 8])  # 7 of 9 series
+    path, out = _write_npz(tmp_path / "s.npz", s), tmp_path / "out.csv"
+    with pytest.raises(DataError) as err:
+        predict_file(root, "toy", path, out)
+    message = str(err.value)
+    assert message.startswith(f"{path}: refused, nothing was predicted: no value at all")
+    assert "7 of 9 series ('s1', 's3', 's1-1', 's2-1', 's3-1' and 2 more)" in message
+    assert "\n" not in message and not out.exists()
+
+
+def test_all_missing_series_in_a_csv_and_an_npz_without_mask_are_refused(root: Path, tmp_path: Path) -> None:
+    csv_path = tmp_path / "s.csv"
+    csv_path.write_text("series,time,a,b\nok,0,1,2\nempty,0,,\nempty,1,,\n")
+    with pytest.raises(DataError, match=r"no value at all .* in 1 of 2 series \('empty'\)"):
+        predict_file(root, "toy", csv_path, None)
+    s = _all_missing(_series(), rows=[1])
+    bare = tmp_path / "bare.npz"
+    np.savez(bare, x=s.x, t=s.t)  # the default mask of an all-NaN row is empty
+    with pytest.raises(DataError, match=r"no value at all .* in 1 of 3 series \('1'\)"):
+        predict_file(root, "toy", bare, None)
+
+
+def test_infinite_values_are_refused_per_series(root: Path, tmp_path: Path) -> None:
+    s = _with({(0, 0, 1): np.inf, (2, 1, 0): -np.inf})
+    with pytest.raises(DataError, match=r"infinite values .* in 2 of 3 series \('s1', 's3'\)"):
+        predict_file(root, "toy", _write_npz(tmp_path / "s.npz", s), None)
+    too_big = tmp_path / "s.csv"  # 1e39 does not fit a float32; 3e38 does, but not once divided by b's std 0.5
+    too_big.write_text("series,time,a,b\nx,0,1e39,2\ny,0,1,2\nz,0,1,3e38\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no numpy overflow warning on the way
+        with pytest.raises(DataError, match=r"beyond float32's range .* in 2 of 3 series \('x', 'z'\)"):
+            predict_file(root, "toy", too_big, None)
+
+
+def test_values_far_outside_the_training_range_warn_once_and_still_predict(
+        root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    s = _with({(1, 0, 0): 1e30, (1, 1, 1): -40.0, (2, 0, 1): 4.0})  # a: mean 1, std 2; b: mean -2, std 0.5
+    path, out = _write_npz(tmp_path / "s.npz", s), tmp_path / "out.csv"
+    rows = predict_file(root, "toy", path, out)
+    assert [r["series"] for r in rows] == s.ids and out.exists()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"ctsweep: warning: {path}: 3 value(s) in 2 of 3 series ('s2', 's3') lie more "
+                               f"than 10 training standard deviations")
+    assert "worst: series 's2', channel 'a' = 1e+30, 5e+29 standard deviations" in lines[0]
+
+
+def test_the_far_outside_threshold_is_ten_standard_deviations(root: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    def one_series(a: float, b: float) -> Path:  # a: mean 1, std 2; b: mean -2, std 0.5
+        x = np.array([[[1.0, -2.0], [a, b]]], np.float32)
+        path = tmp_path / f"{a}_{b}.npz"
+        np.savez(path, x=x, t=np.array([[0.0, 1.0]], np.float32))
+        return path
+
+    predict_file(root, "toy", one_series(1 + 2 * 9.9, -2 - 0.5 * 9.9), None)
+    assert capsys.readouterr().err == ""
+    predict_file(root, "toy", one_series(1 + 2 * 10.1, -2.0), None)
+    assert "1 value(s) in 1 of 1 series ('0')" in capsys.readouterr().err
+
+
+def test_non_finite_model_output_is_refused_per_series() -> None:
+    s = _series()
+    output = np.array([[0.2, 0.3, 0.5], [np.nan, 0.5, 0.5], [0.1, 0.1, 0.8]])
+    with pytest.raises(DataError, match=r"s\.npz: refused.*not finite for 1 of 3 series \('s2'\)"):
+        _check_output(Path("s.npz"), s, METAS["toy"], output)
+    per_step = np.full((3, 4), 0.5)
+    per_step[1, 3] = np.nan  # padding of s2 (length 2): never shown, so not refused
+    _check_output(Path("s.npz"), s, METAS["steps"], per_step)
+
+
+def test_token_ids_must_be_whole_numbers_below_the_vocabulary_size() -> None:
+    meta = Meta(name="tok", task="binary", per_step=False, output_size=1, metric="accuracy", channels=["token"],
+                source="hand-made", norm_mean=[0.0], norm_std=[1.0], vocab_size=50, embedding_size=4)
+    x = np.array([[[3.0], [49.0]], [[2.5], [1.0]], [[50.0], [np.nan]]], np.float32)
+    s = Series(["a", "b", "c"], x, np.zeros((3, 2), np.float32), np.ones((3, 2), bool))
+    with pytest.raises(DataError, match=r"whole numbers in 0 \.\. 49 in 2 of 3 series \('b', 'c'\)"):
+        screen(Path("t.npz"), s, meta)
+    assert screen(Path("t.npz"), Series(["a"], x[:1], s.t[:1], s.mask[:1]), meta) is None  # ids are not scaled
+
+
+def test_pyfunc_takes_the_long_table_and_the_padded_arrays_alike(root: Path, tmp_path: Path) -> None:
+    s = _series()
+    model = mlflow.pyfunc.load_model(f"models:/{registered_name('toy')}@champion")
+    frame = pd.read_csv(_write_csv(tmp_path / "s.csv", s))
+    from_table = model.predict(frame)
+    from_arrays = model.predict({"x": s.x, "t": s.t, "mask": s.mask})
+    np.testing.assert_allclose(from_table, from_arrays, rtol=1e-6)
+    with pytest.raises(ValueError, match=r"lacks columns \['b'\]"):
+        model.predict(frame.drop(columns=["b"]))

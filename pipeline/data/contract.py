@@ -20,15 +20,25 @@ never leaves a half-written dataset behind.
 from __future__ import annotations
 
 import json
+import math
+import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+import zipfile
+import zlib
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
+from pipeline.interrupts import deferred
+from pipeline.io import corrupt, read_json
+from pipeline.schema import NUMBER, ListOf, MapOf, problem
+
 SPLITS = ("train", "val", "test")
+ARRAYS = ("x", "t", "mask", "y")
+TASKS = ("classification", "binary", "regression")
 
 # metric -> whether larger is better; "mode" as Ray Tune and Optuna spell it.
 METRIC_MODES = {"accuracy": "max", "auroc": "max", "mse": "min"}
@@ -146,25 +156,112 @@ def save_dataset(folder: Path, dataset: Dataset, extra: Callable[[Path], None] |
         (tmp / "meta.json").write_text(json.dumps(asdict(dataset.meta), indent=2) + "\n")
         if extra is not None:
             extra(tmp)
-        if folder.exists():
-            shutil.rmtree(folder)
-        tmp.rename(folder)
+        with deferred():  # SIGINT / SIGTERM wait for the swap: never the old folder gone and the new not in place
+            old = folder.with_name(f".{folder.name}-old-{os.getpid()}")
+            if folder.exists():
+                folder.rename(old)
+            try:
+                tmp.rename(folder)
+            except OSError:
+                if old.exists():
+                    old.rename(folder)  # the previous dataset back in place
+                raise
+        shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
 def load_meta(folder: Path) -> Meta:
-    return Meta(**json.loads((folder / "meta.json").read_text()))
+    """Read meta.json. A missing, truncated or hand-edited file (unknown or missing keys, wrong
+    types, normalisation that does not match the channels) raises CorruptInputError naming
+    `ctsweep prepare <dataset>`, which writes it again."""
+    path, producer = folder / "meta.json", _producer(folder)
+    _require_file(path, producer)
+    data = read_json(path, producer)
+    why = problem(data, _META_SPEC) or _meta_problem(data)
+    if why is not None:
+        raise corrupt(path, why, producer)
+    return Meta(**data)
 
 
 def load_dataset(folder: Path) -> Dataset:
-    """Read a processed dataset written by `save_dataset`."""
-    splits = {}
-    for name in SPLITS:
-        with np.load(folder / f"{name}.npz") as z:
-            splits[name] = Split(z["x"], z["t"], z["mask"], z["y"])
-    return Dataset(load_meta(folder), splits, folder)
+    """Read a processed dataset written by `save_dataset`, checking every array's shape against
+    the others and meta.json (CorruptInputError naming the file and `ctsweep prepare`)."""
+    meta = load_meta(folder)
+    splits = {name: _load_split(folder / f"{name}.npz", meta, _producer(folder)) for name in SPLITS}
+    return Dataset(meta, splits, folder)
+
+
+def _producer(folder: Path) -> str:
+    return f"ctsweep prepare {folder.name}"
+
+
+def _require_file(path: Path, producer: str) -> None:
+    if not path.is_file():
+        raise corrupt(path, "no such file: the dataset folder is incomplete", producer)
+
+
+# meta.json's keys and types, from Meta's annotations (strings under `from __future__ import
+# annotations`); a field of a type not listed here fails at import, so the check cannot fall behind.
+_HINTS = {"str": str, "bool": bool, "int": int, "list[str]": ListOf(str), "list[float]": ListOf(NUMBER),
+          "dict[str, int]": MapOf(int)}
+_META_SPEC = {f.name + ("?" if f.default is not MISSING or f.default_factory is not MISSING else ""): _HINTS[f.type]
+              for f in fields(Meta)}
+
+
+def _meta_problem(data: dict[str, Any]) -> str | None:
+    """What the types alone do not say: unknown keys, allowed values, statistics per channel."""
+    unknown = sorted(set(data) - {f.name for f in fields(Meta)})
+    if unknown:
+        return f"unknown keys {unknown}"
+    if data["task"] not in TASKS:
+        return f"task is {data['task']!r}, expected one of {list(TASKS)}"
+    if data["metric"] not in METRIC_MODES:
+        return f"metric is {data['metric']!r}, expected one of {list(METRIC_MODES)}"
+    if data["output_size"] < 1:
+        return f"output_size is {data['output_size']}, expected at least 1"
+    n = len(data["channels"])
+    for key, values in ((k, data.get(k, [])) for k in ("norm_mean", "norm_std")):
+        if values and len(values) != n:
+            return f"{key} has {len(values)} values for {n} channels"
+        if not all(math.isfinite(v) for v in values) or key == "norm_std" and any(v <= 0 for v in values):
+            return f"{key} is {values}, expected finite values{' above 0' if key == 'norm_std' else ''}"
+    return None
+
+
+def _load_split(path: Path, meta: Meta, producer: str) -> Split:
+    """One split's arrays, checked; a truncated or rewritten .npz is named with `producer`."""
+    _require_file(path, producer)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            missing = [k for k in ARRAYS if k not in z.files]
+            arrays = {k: z[k] for k in ARRAYS if k not in missing}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise corrupt(path, f"not a readable .npz file: {first_line}", producer) from None
+    why = f"missing arrays {missing}" if missing else _split_problem(arrays, meta)
+    if why is not None:
+        raise corrupt(path, why, producer)
+    return Split(**arrays)
+
+
+def _split_problem(a: dict[str, np.ndarray], meta: Meta) -> str | None:
+    """x (N, L, C) with C = len(meta.channels); t, mask (N, L); y (N, ...), (N, L, ...) per step."""
+    x, t, mask, y = (a[k] for k in ARRAYS)
+    c = len(meta.channels)
+    if x.ndim != 3 or x.shape[2] != c:
+        return f"x has shape {x.shape}; expected (N, L, {c}) for the {c} channels of meta.json"
+    n, length = x.shape[:2]
+    for key, arr in (("t", t), ("mask", mask)):
+        if arr.shape != (n, length):
+            return f"{key} has shape {arr.shape}; expected (N, L) = {(n, length)} to match x"
+    if y.ndim == 0 or y.shape[0] != n or meta.per_step and y.shape[1:2] != (length,):
+        return f"y has shape {y.shape}; expected ({n}{', ' + str(length) if meta.per_step else ''}, ...) to match x"
+    if mask.dtype != bool:
+        return f"mask has dtype {mask.dtype}; expected bool"
+    bad = [k for k in ARRAYS if not np.issubdtype(a[k].dtype, np.number) and a[k].dtype != bool]
+    return f"arrays {bad} are not numeric" if bad else None
 
 
 def pad_sequences(

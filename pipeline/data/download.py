@@ -37,7 +37,9 @@ from typing import Iterator, Sequence
 import requests
 from tqdm import tqdm
 
-from pipeline.errors import DataError, DownloadError
+from pipeline.errors import CorruptInputError, DataError, DownloadError
+from pipeline.io import json_problem, read_json
+from pipeline.schema import MapOf, problem
 
 SOURCE_ENV = "CTSWEEP_DATA_SOURCE"
 _CHUNK = 1 << 20
@@ -104,13 +106,46 @@ def _locked(lock_path: Path) -> Iterator[dict]:
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path.with_name(lock_path.name + ".flock"), "w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)
-        entries = json.loads(lock_path.read_text()) if lock_path.exists() else {}
+        entries = read_lock(lock_path)
         before = json.dumps(entries, sort_keys=True)
         yield entries
         if json.dumps(entries, sort_keys=True) != before:
             tmp = lock_path.with_name(f".{lock_path.name}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(entries, indent=2, sort_keys=True) + "\n")
             os.replace(tmp, lock_path)
+
+
+_LOCK_SPEC = MapOf({"sha256": str, "filename?": str, "size?": int})
+
+
+def read_lock(lock_path: Path) -> dict:
+    """The lock file's entries {url: {"sha256", ...}} ({} before the first download). A truncated or
+    hand-edited file raises CorruptInputError: trusting a damaged checksum list would be worse."""
+    if not lock_path.exists():
+        return {}
+    try:
+        entries = read_json(lock_path)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _corrupt_lock(lock_path, json_problem(exc)) from None
+    why = problem(entries, _LOCK_SPEC) or _bad_digest(entries)
+    if why is not None:
+        raise _corrupt_lock(lock_path, why)
+    return entries
+
+
+def _corrupt_lock(lock_path: Path, why: str) -> CorruptInputError:
+    """The lock file is committed, so git holds its last good copy; without it, `fetch` records
+    the checksums again from the files it then downloads (trust on first use)."""
+    return CorruptInputError(f"{lock_path} is corrupt ({why}); restore it with `git checkout -- {lock_path}`, "
+                             f"or delete it and rerun `ctsweep fetch <dataset>` to record the checksums again")
+
+
+def _bad_digest(entries: dict) -> str | None:
+    for url, entry in entries.items():
+        digest = entry["sha256"]
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            return f"{url}.sha256 is {digest!r}, expected 64 hexadecimal digits"
+    return None
 
 
 def published_sha256(file: RawFile, source: str | None) -> str | None:
@@ -272,5 +307,6 @@ def fetch(files: Sequence[RawFile], raw_dir: Path, lock_path: Path, source: str 
     the environment variable CTSWEEP_DATA_SOURCE.
     """
     source = source or os.environ.get(SOURCE_ENV) or None
+    read_lock(lock_path)  # a damaged lock file is reported now, not after the downloads
     raw_dir.mkdir(parents=True, exist_ok=True)
     return {f.filename: _fetch_one(f, raw_dir, lock_path, source, retries, timeout) for f in files}

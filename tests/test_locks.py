@@ -1,0 +1,52 @@
+"""A second driver of the same search or final evaluation is refused at once, in one line, while
+the first holds the stage; the lock goes with its process, however that process ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import SearchParams
+from pipeline.locks import BusyError, stage_lock
+from pipeline.search import search
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from pipeline.locks import stage_lock
+with stage_lock(Path(sys.argv[1]), "search", "xor", "cfc"):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def _holder(root: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(root)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_search_of_the_same_pair_is_refused_naming_the_holder(tmp_path: Path) -> None:
+    holder = _holder(tmp_path)
+    try:
+        with pytest.raises(BusyError, match=rf"`ctsweep search xor cfc` is already running \(pid {holder.pid},"):
+            search(tmp_path, "xor", "cfc", SearchParams())
+        with stage_lock(tmp_path, "search", "xor", "ncde"):  # another family is free
+            pass
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with stage_lock(tmp_path, "search", "xor", "cfc"):  # a killed holder leaves no stale lock
+        pass
+
+
+def test_the_lock_is_reentrant_across_sequential_runs(tmp_path: Path) -> None:
+    for _ in range(2):
+        with stage_lock(tmp_path, "final", "xor", "cfc"):
+            assert (tmp_path / ".ctsweep" / "locks" / "final-xor-cfc.lock").read_text().strip() == str(os.getpid())
+    assert (tmp_path / ".ctsweep" / "locks" / "final-xor-cfc.lock").read_text() == ""
