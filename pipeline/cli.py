@@ -201,6 +201,16 @@ def predict(
         typer.echo(f"{len(rows)} prediction row(s) -> {out}", err=True)
 
 
+@app.command("check")
+@_stage
+def check_command(root: Path = ROOT) -> None:
+    """Validate params.yaml, the search space of every listed family and the storages; start and
+    write nothing. Prints "ok: ..." or the one-line error (exit status 2)."""
+    from pipeline.check import check_project
+
+    typer.echo(check_project(project_root(root)))
+
+
 def main() -> None:
     app(prog_name="ctsweep")
 

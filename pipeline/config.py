@@ -2,7 +2,12 @@
 
 Each stage reads only its own section (`prepare.<dataset>`, `search`, `final`, `promote`), and
 dvc.yaml lists exactly those keys, so changing one reruns only what depends on it. Unknown keys
-and wrong types are errors that name the file, the key and what is allowed.
+and wrong types are errors that name the file, the key and what is allowed, in one line.
+
+Parsing is strict: `true` is not a number and `'yes'` is not a bool (pydantic's strict mode; an
+integer is still accepted where a float is meant), NaN and infinities are refused, every count
+of things to run has a generous upper bound (in its description) so a typo cannot ask for 10^24
+trials, and dataset and family names are identifiers (pipeline/names.py), checked first.
 """
 
 from __future__ import annotations
@@ -10,15 +15,32 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
+from pipeline import names
 from pipeline.errors import ConfigError
+from pipeline.yaml_load import MAX_BYTES as MAX_YAML_BYTES, load_yaml
 
 
 class _Strict(BaseModel):
-    # extra="forbid": a misspelt key must fail, not be silently ignored.
-    model_config = ConfigDict(extra="forbid", strict=False, frozen=True)
+    # extra="forbid": a misspelt key must fail, not be silently ignored. strict: no bool-as-int,
+    # no string-as-bool or string-as-number coercion. allow_inf_nan=False: every float is finite.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+
+def _name(value: Any) -> Any:
+    # Before any other use of a dataset or family name (it becomes a path, an experiment, a model).
+    if not names.is_name(value):
+        raise ValueError(f"{names.shown(value)} is not a valid name; allowed: {names.ALLOWED}")
+    return value
+
+
+Name = Annotated[str, BeforeValidator(_name)]
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1, description="a seed: 0 to 2^32 - 1 (numpy's range)")]
+MAX_SEQUENCES = 10_000_000  # a bound on generated or kept sequences: far above any dataset here
+MAX_STEPS = 1_000_000  # a bound on window and sequence lengths
+MAX_PRECOMPUTE = 64  # precomputed input variants per dataset
 
 
 class XorParams(_Strict):
@@ -26,29 +48,42 @@ class XorParams(_Strict):
 
     kind: Literal["xor"]
     event_based: bool = True
-    n_train: int = Field(2000, gt=10, description="train + validation sequences")
-    n_test: int = Field(1000, gt=0)
+    n_train: int = Field(2000, gt=10, le=MAX_SEQUENCES, description="train + validation sequences (at most 10^7)")
+    n_test: int = Field(1000, gt=0, le=MAX_SEQUENCES, description="at most 10^7")
     val_fraction: float = Field(0.1, gt=0, lt=1)
-    seed: int = 1234984
+    seed: Seed = 1234984
 
 
 class PrecomputeSpec(_Strict):
     """Model inputs built once in `prepare` (for example log-signature windows) instead of in
     every trial: the family whose `prepare_inputs` builds them, and the arguments it reads."""
 
-    family: str
+    family: Name
     args: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _known_family(self) -> "PrecomputeSpec":
+        from pipeline.arguments import argument_problem
         from pipeline.models import MODELS, get_model_class  # late: keeps `import pipeline.config` light
+        from pipeline.models.base import model_arguments
 
         if self.family not in MODELS:
             raise ValueError(f"unknown family {self.family!r}; valid: {sorted(MODELS)}")
-        allowed = get_model_class(self.family).input_arguments
+        cls = get_model_class(self.family)
+        allowed = cls.input_arguments
         unknown = sorted(set(self.args) - set(allowed))
         if unknown:
-            raise ValueError(f"{unknown} do not change {self.family}'s inputs; allowed: {list(allowed)}")
+            raise ValueError(f"{_few(unknown)} do not change {self.family}'s inputs; allowed: {list(allowed)}")
+        arguments = model_arguments(cls)
+        for key, value in self.args.items():
+            problem = argument_problem(arguments[key], value)
+            if problem:
+                raise ValueError(f"args.{key}: {problem}")
+        try:  # the family's own checks of its arguments (a depth it has no formula for), as prepare would meet them
+            cls(input_channels=1, output_size=1, **self.args)
+        except ValueError as exc:
+            reason = " ".join(str(exc).split())
+            raise ValueError(f"args: {reason if len(reason) <= 200 else reason[:197] + '...'}") from None
         return self
 
 
@@ -60,19 +95,20 @@ class UeaParams(_Strict):
     drop_fraction: float = Field(0.0, ge=0, lt=1, description="observations dropped per series")
     resplit: bool = Field(False, description="pool train+test and split 70/15/15 (Kidger et al.)")
     val_fraction: float = Field(0.2, gt=0, lt=1, description="of train, when not resplit")
-    seed: int = Field(56789, description="dropped positions and splits (Kidger et al.'s generator seed)")
-    precompute: list[PrecomputeSpec] = Field(default_factory=list)
+    seed: Seed = Field(56789, description="dropped positions and splits (Kidger et al.'s generator seed)")
+    precompute: list[PrecomputeSpec] = Field(default_factory=list, max_length=MAX_PRECOMPUTE,
+                                             description=f"at most {MAX_PRECOMPUTE}")
 
 
 class SpeechCommandsParams(_Strict):
     """Speech Commands v0.02, the ten keywords, 20 MFCCs of 161 frames (Kidger et al. 2020)."""
 
     kind: Literal["speech_commands"]
-    n_mfcc: int = Field(20, ge=1)
-    n_mels: int = Field(64, ge=1)
+    n_mfcc: int = Field(20, ge=1, le=256)
+    n_mels: int = Field(64, ge=1, le=1024)
     n_fft: int = Field(200, ge=16, le=16000, description="window; the hop is n_fft // 2 (torchaudio)")
-    seed: int = 0
-    precompute: list[PrecomputeSpec] = Field(default_factory=list)
+    seed: Seed = 0
+    precompute: list[PrecomputeSpec] = Field(default_factory=list, max_length=MAX_PRECOMPUTE)
 
     @model_validator(mode="after")
     def _mfcc_within_mels(self) -> "SpeechCommandsParams":
@@ -88,41 +124,41 @@ class SepsisParams(_Strict):
     intensity: bool = Field(
         False, description="observational intensity (Kidger et al. 2020): cumulative observation counts "
         "of the 34 channels, and Unit1/Unit2-observed static flags")
-    max_hours: int = Field(72, ge=1, description="rows up to the first with ICULOS above this are kept")
-    seed: int = 0
-    precompute: list[PrecomputeSpec] = Field(default_factory=list)
+    max_hours: int = Field(72, ge=1, le=100_000, description="rows up to the first with ICULOS above this are kept")
+    seed: Seed = 0
+    precompute: list[PrecomputeSpec] = Field(default_factory=list, max_length=MAX_PRECOMPUTE)
 
 
 class Physionet2012Params(_Strict):
     """PhysioNet/CinC 2012 in-hospital mortality, set-a with Outcomes-a, first 48 hours."""
 
     kind: Literal["physionet2012"]
-    max_hours: float = Field(48.0, gt=0)
+    max_hours: float = Field(48.0, gt=0, le=100_000)
     quantization: float = Field(
-        0.016, gt=0, description="hours observation times are rounded to (CfC 0.016; Rubanova 0.1)")
-    seed: int = 0
-    precompute: list[PrecomputeSpec] = Field(default_factory=list)
+        0.016, gt=0, le=100_000, description="hours observation times are rounded to (CfC 0.016; Rubanova 0.1)")
+    seed: Seed = 0
+    precompute: list[PrecomputeSpec] = Field(default_factory=list, max_length=MAX_PRECOMPUTE)
 
 
 class PersonActivityParams(_Strict):
     """UCI Localization Data for Person Activity: 7 merged activities, one label per step."""
 
     kind: Literal["person_activity"]
-    window: int = Field(32, ge=2)
-    stride: int = Field(16, ge=1)
+    window: int = Field(32, ge=2, le=MAX_STEPS)
+    stride: int = Field(16, ge=1, le=MAX_STEPS)
     val_fraction: float = Field(0.1, gt=0, lt=1, description="of the reference's 80% train windows")
-    seed: int = Field(98841, description="window permutation; 98841 is ODE-LSTM's")
+    seed: Seed = Field(98841, description="window permutation; 98841 is ODE-LSTM's")
 
 
 class Walker2dParams(_Strict):
     """Walker2d kinematics (Lechner & Hasani 2020): next-state regression, 17 dims."""
 
     kind: Literal["walker2d"]
-    window: int = Field(64, ge=2)
-    stride: int = Field(16, ge=1)
+    window: int = Field(64, ge=2, le=MAX_STEPS)
+    stride: int = Field(16, ge=1, le=MAX_STEPS)
     drop_fraction: float = Field(0.1, ge=0, lt=1)
-    seed: int = Field(125487, description="file shuffle before the 75/10/15 split; 125487 is ODE-LSTM's")
-    drop_seed: int = Field(891374, description="which steps are dropped; 891374 is ODE-LSTM's")
+    seed: Seed = Field(125487, description="file shuffle before the 75/10/15 split; 125487 is ODE-LSTM's")
+    drop_seed: Seed = Field(891374, description="which steps are dropped; 891374 is ODE-LSTM's")
 
 
 class ImdbParams(_Strict):
@@ -130,13 +166,13 @@ class ImdbParams(_Strict):
 
     kind: Literal["imdb"]
     vocab_size: int = Field(
-        20000, ge=4, description="Keras num_words: ids >= this become OOV (2); CfC train_imdb.py's 20000")
+        20000, ge=4, le=10_000_000, description="Keras num_words: ids >= this become OOV (2); CfC train_imdb.py's 20000")
     max_length: int = Field(
-        200, ge=1, description="the last max_length tokens of a review are kept (CfC maxlen 200, pad_sequences)")
+        200, ge=1, le=MAX_STEPS, description="the last max_length tokens of a review are kept (CfC maxlen 200, pad_sequences)")
     embedding_size: int = Field(
-        64, ge=1, description="learned embedding in front of every family (CfC tunes embed_dim per model: 32-192)")
+        64, ge=1, le=65_536, description="learned embedding in front of every family (CfC tunes embed_dim per model: 32-192)")
     val_fraction: float = Field(0.1, gt=0, lt=1, description="of the 25,000 training reviews")
-    seed: int = Field(113, description="Keras load_data's shuffle seed (113, its default), and the validation carve")
+    seed: Seed = Field(113, description="Keras load_data's shuffle seed (113, its default), and the validation carve")
 
 
 DatasetParams = Annotated[
@@ -146,27 +182,36 @@ DatasetParams = Annotated[
 ]
 
 
+MAX_CPU, MAX_GPU, MAX_WORKERS = 1024, 64, 1024  # per trial or seed: beyond any one Ray cluster here
+
+
+def _whole_gpus_above_one(gpu: float | None) -> float | None:
+    if gpu is not None and gpu > 1 and gpu != int(gpu):  # Ray refuses fractions above one GPU
+        raise ValueError(f"gpu must be at most 1 or a whole number, got {gpu}")
+    return gpu
+
+
 class Resources(_Strict):
     """What one trial (search) or one seed (final) asks Ray for."""
 
-    cpu: float = Field(1, gt=0, description="CPUs per process (torch threads: their integer part)")
-    gpu: float = Field(0, ge=0, description="GPUs per process; fractional values pack several trials on one GPU")
-    workers: int = Field(1, ge=1, description="above 1: data-parallel training over this many Ray Train "
-                                              "workers, each with `cpu` and `gpu` (search trials only)")
+    cpu: float = Field(1, gt=0, le=MAX_CPU, description=f"CPUs per process, at most {MAX_CPU} (torch threads: their integer part)")
+    gpu: float = Field(0, ge=0, le=MAX_GPU, description=f"GPUs per process, at most {MAX_GPU}; fractional values "
+                                                       "(at most 1) pack several trials on one GPU")
+    workers: int = Field(1, ge=1, le=MAX_WORKERS, description=f"above 1 (at most {MAX_WORKERS}): data-parallel training "
+                         "over this many Ray Train workers, each with `cpu` and `gpu` (search trials only)")
 
-    @model_validator(mode="after")
-    def _whole_gpus_above_one(self) -> "Resources":
-        if self.gpu > 1 and self.gpu != int(self.gpu):  # Ray refuses fractions above one GPU
-            raise ValueError(f"gpu must be at most 1 or a whole number, got {self.gpu}")
-        return self
+    _whole_gpus = field_validator("gpu")(_whole_gpus_above_one)
 
 
 class ResourceOverride(_Strict):
-    """Per-family changes to the stage's `resources`: only the keys given replace the defaults."""
+    """Per-family changes to the stage's `resources`: only the keys given replace the defaults
+    (each with the same bounds and rules as in `resources`)."""
 
-    cpu: float | None = Field(None, gt=0)
-    gpu: float | None = Field(None, ge=0)
-    workers: int | None = Field(None, ge=1)
+    cpu: float | None = Field(None, gt=0, le=MAX_CPU)
+    gpu: float | None = Field(None, ge=0, le=MAX_GPU)
+    workers: int | None = Field(None, ge=1, le=MAX_WORKERS)
+
+    _whole_gpus = field_validator("gpu")(_whole_gpus_above_one)
 
 
 def _resources_for(base: Resources, overrides: dict[str, ResourceOverride], family: str) -> Resources:
@@ -179,38 +224,57 @@ def _known_families(overrides: dict[str, ResourceOverride]) -> dict[str, Resourc
 
     unknown = sorted(set(overrides) - set(MODELS))
     if unknown:
-        raise ValueError(f"unknown families {unknown}; valid: {sorted(MODELS)}")
+        raise ValueError(f"unknown families {_few(unknown)}; valid: {sorted(MODELS)}")
     return overrides
 
 
+def _few(items: list[Any], limit: int = 5) -> str:
+    """A list echoed in an error: at most `limit` items, each shortened."""
+    head = ", ".join(names.shown(i) for i in items[:limit])
+    return f"[{head}{', ...' if len(items) > limit else ''}]"
+
+
+def _distinct(items: list[Any], what: str) -> list[Any]:
+    seen = set()
+    twice = [i for i in items if i in seen or seen.add(i)]  # type: ignore[func-returns-value]
+    if twice:
+        raise ValueError(f"{what} must be distinct; listed twice: {_few(twice)}")
+    return items
+
+
+MAX_EPOCHS = 100_000
+MAX_TRIALS = 100_000
+
+
 class AshaParams(_Strict):
-    grace_period: int = Field(2, ge=1, description="epochs before a trial can be stopped")
-    reduction_factor: float = Field(2, gt=1)
+    grace_period: int = Field(2, ge=1, le=MAX_EPOCHS, description="epochs before a trial can be stopped")
+    reduction_factor: float = Field(2, gt=1, le=1000)
 
 
 class SearchParams(_Strict):
-    num_samples: int = Field(4, ge=1, description="trials per (dataset, family), reference included")
-    max_concurrent: int = Field(2, ge=1)
-    epochs: int = Field(6, ge=1, description="maximum epochs per trial (ASHA's max_t)")
-    sampler_seed: int = 0
-    n_startup_trials: int = Field(2, ge=0, description="random trials before TPE takes over")
-    trial_seed: int = Field(1000, description="training seed of every search trial")
+    num_samples: int = Field(4, ge=1, le=MAX_TRIALS, description=f"trials per (dataset, family), reference "
+                                                                 f"included (at most {MAX_TRIALS})")
+    max_concurrent: int = Field(2, ge=1, le=1024, description="at most 1024")
+    epochs: int = Field(6, ge=1, le=MAX_EPOCHS, description=f"maximum epochs per trial (ASHA's max_t; at most {MAX_EPOCHS})")
+    sampler_seed: Seed = 0
+    n_startup_trials: int = Field(2, ge=0, le=MAX_TRIALS, description="random trials before TPE takes over")
+    trial_seed: Seed = Field(1000, description="training seed of every search trial")
     trial_time_limit_s: float | None = Field(
-        None, gt=0, description="wall-clock limit per trial; checked between batches")
+        None, gt=0, le=7 * 86400, description="wall-clock limit per trial (at most a week); checked between batches")
     asha: AshaParams = AshaParams()
     resources: Resources = Resources()
-    family_resources: dict[str, ResourceOverride] = Field(
+    family_resources: dict[Name, ResourceOverride] = Field(
         default_factory=dict, description="per-family changes to `resources`, e.g. {cdr_nde_heat: {cpu: 2}}")
     max_failures: int = Field(
-        2, ge=0, description="retries of a trial whose process or node died, from its last checkpoint "
+        2, ge=0, le=100, description="at most 100 retries of a trial whose process or node died, from its last checkpoint "
                              "(a NaN loss or a solver failure is final and never retried)")
     autoscaling: bool = Field(
         False, description="the cluster adds nodes on demand: do not refuse a request no current node fits")
     optuna_storage: str = Field(
-        "optuna.db", description="where each finished search's Optuna study is kept (for optuna-dashboard "
+        "optuna.db", min_length=1, max_length=4096, description="where each finished search's Optuna study is kept (for optuna-dashboard "
                                  "and the importances): an SQLite file relative to the root, or a database URL")
     storage_path: str = Field(
-        "ray_results", description="Ray Tune storage: relative to the root, an absolute path (on a shared "
+        "ray_results", min_length=1, max_length=4096, description="Ray Tune storage: relative to the root, an absolute path (on a shared "
                                    "filesystem for a multi-node cluster) or a URI such as s3://bucket/ctsweep")
 
     _family_names = field_validator("family_resources")(_known_families)
@@ -221,23 +285,24 @@ class SearchParams(_Strict):
 
 
 class FinalParams(_Strict):
-    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1)
-    epochs: int = Field(10, ge=1)
+    seeds: list[Seed] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1, max_length=100,
+                              description="at most 100 distinct seeds")
+    epochs: int = Field(10, ge=1, le=MAX_EPOCHS)
     lr_factors: list[float] = Field(
-        default_factory=list, description="robustness: also rerun the best config with its learning rate "
-                                          "times each factor, on every seed (e.g. [0.8, 1.25])")
+        default_factory=list, max_length=16, description="robustness: also rerun the best config with its learning "
+                                                         "rate times each factor (at most 16), on every seed (e.g. [0.8, 1.25])")
     resources: Resources = Resources()
-    family_resources: dict[str, ResourceOverride] = Field(default_factory=dict)
+    family_resources: dict[Name, ResourceOverride] = Field(default_factory=dict)
 
     _family_names = field_validator("family_resources")(_known_families)
 
     @model_validator(mode="after")
     def _distinct(self) -> "FinalParams":
         if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"seeds must be distinct, got {self.seeds}")
+            raise ValueError(f"seeds must be distinct, got {_few(self.seeds, 10)}")
         if any(f <= 0 or f == 1 for f in self.lr_factors) or len(set(self.lr_factors)) != len(self.lr_factors):
             raise ValueError(f"lr_factors must be distinct positive factors other than 1 (the best config "
-                             f"itself always runs), got {self.lr_factors}")
+                             f"itself always runs), got {_few(self.lr_factors, 16)}")
         if self.resources.workers > 1 or any(o.workers not in (None, 1) for o in self.family_resources.values()):
             raise ValueError("final seeds train in one process each: `workers` must be 1 here "
                              "(the seeds themselves run in parallel)")
@@ -248,7 +313,8 @@ class FinalParams(_Strict):
 
 
 class PromoteParams(_Strict):
-    seeds_required: int = Field(5, ge=1, description="final seeds a family needs to be promoted")
+    seeds_required: int = Field(5, ge=1, le=100, description="final seeds a family needs to be promoted "
+                                                             "(at most the number of `final.seeds`)")
     min_improvement: float = Field(0.0, ge=0, description="margin the candidate must beat the champion by")
     max_p_value: float | None = Field(
         None, gt=0, le=1, description="if set, the candidate must also beat the champion by Welch's t-test "
@@ -256,25 +322,31 @@ class PromoteParams(_Strict):
 
 
 class Params(_Strict):
-    datasets: list[str] = Field(min_length=1)
-    families: list[str] = Field(min_length=1)
-    prepare: dict[str, DatasetParams]
+    datasets: list[Name] = Field(min_length=1, max_length=1000, description="distinct, at most 1000")
+    families: list[Name] = Field(min_length=1, max_length=1000, description="distinct registry names")
+    prepare: dict[Name, DatasetParams] = Field(max_length=1000)
     search: SearchParams = SearchParams()
     final: FinalParams = FinalParams()
     promote: PromoteParams = PromoteParams()
+
+    _distinct_datasets = field_validator("datasets")(lambda v: _distinct(v, "datasets"))
+    _distinct_families = field_validator("families")(lambda v: _distinct(v, "families"))
 
     @model_validator(mode="after")
     def _known_names(self) -> "Params":
         missing = [d for d in self.datasets if d not in self.prepare]
         if missing:
             raise ValueError(
-                f"datasets {missing} have no entry under `prepare` (defined: {sorted(self.prepare)})"
+                f"datasets {_few(missing)} have no entry under `prepare` (defined: {_few(sorted(self.prepare), 30)})"
             )
         from pipeline.models import MODELS  # late: keeps `import pipeline.config` light
 
         unknown = [f for f in self.families if f not in MODELS]
         if unknown:
-            raise ValueError(f"unknown families {unknown}; valid: {sorted(MODELS)}")
+            raise ValueError(f"unknown families {_few(unknown)}; valid: {sorted(MODELS)}")
+        if self.promote.seeds_required > len(self.final.seeds):  # no family could ever be promoted
+            raise ValueError(f"promote.seeds_required is {self.promote.seeds_required} but final.seeds lists only "
+                             f"{len(self.final.seeds)}; allowed: at most the number of final seeds")
         return self
 
 
@@ -285,41 +357,69 @@ _KINDS = {
 }
 
 
+def _schema_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`loc` without the discriminator tag pydantic inserts after a dataset name under `prepare`
+    (only there: a dataset may itself be called `xor`)."""
+    if len(loc) > 2 and loc[0] == "prepare" and loc[2] in _KINDS:
+        return loc[:2] + loc[3:]
+    return loc
+
+
 def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     """The keys allowed beside the offending one, found by walking the schema along `loc`."""
     model: Any = Params
-    for part in loc[:-1]:
-        if part in _KINDS:  # the discriminator tag pydantic puts in the location
+    for i, part in enumerate(loc[:-1]):
+        if i == 2 and loc[0] == "prepare" and part in _KINDS:  # the discriminator tag
             model = _KINDS[part]
         elif isinstance(model, type) and issubclass(model, BaseModel) and part in model.model_fields:
             model = model.model_fields[part].annotation
         elif get_origin(model) is dict:  # a free key such as a family name: its value's model
             model = get_args(model)[1]
+        elif get_origin(model) is list:  # an index into a list of models (precompute)
+            model = get_args(model)[0]
         # else: a dataset name under `prepare`; the next tag tells the model
     return sorted(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
 
 
+def _key(loc: tuple[Any, ...]) -> str:
+    """A location as a dotted key; a bad key itself is not echoed (it is in the message, shortened)."""
+    if "[key]" in loc:
+        loc = loc[: loc.index("[key]") - 1]
+    return ".".join(str(p) if isinstance(p, int) or names.is_name(p) else names.shown(p, 30) for p in loc)
+
+
+def _problem(e: Any) -> str:
+    msg = str(e["msg"]).removeprefix("Value error, ")
+    got = e.get("input")
+    for echoed in (got, (e.get("ctx") or {}).get("tag")):  # pydantic echoes some inputs (tags) whole
+        if isinstance(echoed, str) and len(echoed) > 40:
+            msg = msg.replace(repr(echoed), names.shown(echoed)).replace(echoed, names.shown(echoed))
+    if e["type"] != "value_error" and not isinstance(got, dict) and "[key]" not in e["loc"]:
+        msg += f" (got {names.shown(got)})"
+    return msg
+
+
+MAX_PROBLEMS = 3  # named in the one line; the rest are counted
+
+
 def _format(err: ValidationError, path: Path) -> str:
-    lines = []
-    for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"] if p not in _KINDS)
+    """One line: the file, then up to MAX_PROBLEMS of `key: what is wrong; what is allowed`."""
+    parts = []
+    errors = err.errors()
+    for e in errors[:MAX_PROBLEMS]:
+        loc = _schema_loc(e["loc"])
         if e["type"] == "extra_forbidden":
-            lines.append(f"{path}: unknown key `{key}`; allowed here: {_allowed_keys(e['loc'])}")
-            continue
-        got = e.get("input")
-        shown = "" if isinstance(got, dict) else f" (got {got!r})"
-        lines.append(f"{path}: key `{key or '<root>'}`: {e['msg']}{shown}")
-    return "\n".join(lines)
+            parts.append(f"unknown key `{_key(loc)}`; allowed here: {_allowed_keys(e['loc'])}")
+        else:
+            parts.append(f"key `{_key(loc)}`: {_problem(e)}" if _key(loc) else _problem(e))
+    more = f" (and {len(errors) - MAX_PROBLEMS} more)" if len(errors) > MAX_PROBLEMS else ""
+    line = " ".join(f"{path}: {'; '.join(parts)}{more}".split())  # never more than one line
+    return line if len(line) <= 2000 else line[:1997] + "..."
 
 
-def read_yaml(path: Path) -> Any:
-    """Parse a YAML file; a missing or malformed file is a ConfigError naming it."""
-    if not path.exists():
-        raise ConfigError(f"{path} does not exist")
-    try:
-        return yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+def read_yaml(path: Path, max_bytes: int = MAX_YAML_BYTES) -> Any:
+    """Parse a YAML file strictly (pipeline/yaml_load.py); any problem is a one-line ConfigError."""
+    return load_yaml(Path(path), max_bytes)
 
 
 def load_params(path: str | Path) -> Params:
@@ -327,7 +427,8 @@ def load_params(path: str | Path) -> Params:
     path = Path(path)
     data = read_yaml(path)
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+        raise ConfigError(f"{path}: expected a mapping of sections at the top level, got {type(data).__name__}; "
+                          f"allowed keys: {sorted(Params.model_fields)}")
     try:
         return Params.model_validate(data)
     except ValidationError as exc:
@@ -337,5 +438,5 @@ def load_params(path: str | Path) -> Params:
 def dataset_params(params: Params, dataset: str) -> Any:
     """The prepare section of one dataset; an unknown name lists the valid ones."""
     if dataset not in params.prepare:
-        raise ConfigError(f"unknown dataset {dataset!r}; valid: {sorted(params.prepare)}")
+        raise ConfigError(f"unknown dataset {names.shown(dataset)}; valid: {sorted(params.prepare)}")
     return params.prepare[dataset]

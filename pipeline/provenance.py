@@ -38,7 +38,7 @@ def dvc_hashes(root: Path, stages: list[str]) -> dict[str, dict[str, str]]:
     lock_path = root / "dvc.lock"
     if not lock_path.exists():
         return {}
-    lock = read_yaml(lock_path) or {}
+    lock = read_yaml(lock_path, max_bytes=64 << 20) or {}  # a big project's dvc.lock outgrows params' 1 MiB cap
     out: dict[str, dict[str, str]] = {}
     for stage in stages:
         entry = lock.get("stages", {}).get(stage)

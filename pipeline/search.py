@@ -37,6 +37,7 @@ from pipeline.names import check_name
 from pipeline.paths import processed_dir, require, search_result_path
 from pipeline.scheduling import HistorySource, ResumableASHA, make_searcher
 from pipeline.spaces import SearchSpace, load_space, space_path
+from pipeline.storage import check_storage_path
 from pipeline.train import is_better
 from pipeline.trial import TrialContext, run_trial
 
@@ -144,7 +145,8 @@ def _search(root: Path, dataset: str, family: str, p: SearchParams, fresh: bool)
     space = load_space(space_path(root, family), family)
     res = p.resources_for(family)
     out = search_result_path(root, dataset, family)
-    storage = storage_location(root, p.storage_path)
+    storage = check_storage_path(root, p.storage_path)  # the same location storage_location gives, checked
+    sensitivity.check_optuna_storage(root, p.optuna_storage)  # opened now: not after the whole search
     check_writable(out.parent)
     if not is_uri(storage):
         check_writable(Path(storage))

@@ -17,6 +17,7 @@ A basis needs at least MIN_TRIALS trials and a parameter that varied; otherwise 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from optuna.importance import FanovaImportanceEvaluator, get_param_importances
 from optuna.trial import TrialState, create_trial
 
 from pipeline.errors import ConfigError
+from pipeline.names import shown
 
 MIN_TRIALS = 3  # fANOVA on two points says nothing
 
@@ -38,6 +40,82 @@ def storage_url(root: Path, value: str) -> str:
         raise ConfigError("params.yaml: key `search.optuna_storage` is empty; give a file path such as "
                           "optuna.db or a database URL such as postgresql://host/optuna")
     return f"sqlite:///{(root / value).resolve()}"
+
+
+_OPTUNA_KEY = "params.yaml: key `search.optuna_storage`"
+_OPTUNA_ALLOWED = ("allowed: an SQLite file path (relative to the root) in an existing writable folder, "
+                   "or a database URL such as postgresql://user@host/optuna")
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_CONNECT_TIMEOUT_S = 10  # a database server that does not answer is refused, not waited on
+
+
+def check_optuna_storage(root: Path, value: str) -> str:
+    """`storage_url(root, value)`, checked before Ray starts by opening it, so a bad storage fails
+    now and not when the search's study is copied at its end. An SQLite file must be an SQLite
+    database (or not exist yet) in an existing writable folder: its header is read, nothing is
+    created. Any other URL is connected to (at most _CONNECT_TIMEOUT_S for PostgreSQL and MySQL).
+    Refusals are one-line ConfigErrors naming the key; a password is never echoed."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    if any(ord(c) < 32 for c in value):
+        raise ConfigError(f"{_OPTUNA_KEY}: {shown(value)} contains control characters; {_OPTUNA_ALLOWED}")
+    url = storage_url(root, value)
+    try:
+        parsed = make_url(url)
+        backend = parsed.get_backend_name()
+    except Exception as exc:  # noqa: BLE001 - whatever the parser says, the value is not a URL
+        raise ConfigError(f"{_OPTUNA_KEY}: {shown(value)} is not a database URL ({_first_line(exc)}); "
+                          f"{_OPTUNA_ALLOWED}") from None
+    if backend == "sqlite":
+        _check_sqlite_file(parsed.database, parsed.render_as_string(hide_password=True))
+        return url
+    safe = parsed.render_as_string(hide_password=True)
+    engine = None
+    try:
+        engine = create_engine(parsed, connect_args=_timeouts(backend))
+        with engine.connect():
+            pass
+    except Exception as exc:  # noqa: BLE001 - a missing driver, DNS, refused login: all the user's to fix
+        raise ConfigError(f"{_OPTUNA_KEY}: cannot open {shown(safe, 80)} ({_first_line(exc)}); "
+                          f"{_OPTUNA_ALLOWED}") from None
+    finally:
+        if engine is not None:
+            engine.dispose()
+    return url
+
+
+def _timeouts(backend: str) -> dict[str, Any]:
+    return {"connect_timeout": _CONNECT_TIMEOUT_S} if backend in ("postgresql", "mysql", "mariadb") else {}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return text if len(text) <= 150 else text[:147] + "..."
+
+
+def _check_sqlite_file(database: str | None, safe: str) -> None:
+    if not database or database == ":memory:" or database.startswith("file:"):
+        raise ConfigError(f"{_OPTUNA_KEY}: {shown(safe, 80)} is not a file (an in-memory database keeps nothing); "
+                          f"{_OPTUNA_ALLOWED}")
+    path = Path(database).resolve()
+    folder = path.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"{_OPTUNA_KEY}: folder {shown(str(folder), 80)} does not exist or is not writable; "
+                          f"{_OPTUNA_ALLOWED}")
+    if not path.exists():
+        return  # Optuna creates it when the first search ends
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(len(_SQLITE_HEADER))
+    except OSError as exc:
+        raise ConfigError(f"{_OPTUNA_KEY}: {shown(str(path), 80)} cannot be read ({exc.strerror}); "
+                          f"{_OPTUNA_ALLOWED}") from None
+    if header and header != _SQLITE_HEADER:  # SQLite treats an empty file as a new database
+        raise ConfigError(f"{_OPTUNA_KEY}: {shown(str(path), 80)} exists but is not an SQLite database; "
+                          f"{_OPTUNA_ALLOWED}")
+    if not os.access(path, os.W_OK):
+        raise ConfigError(f"{_OPTUNA_KEY}: {shown(str(path), 80)} is not writable; {_OPTUNA_ALLOWED}")
 
 
 def study_name(dataset: str, family: str, parent_run_id: str) -> str:

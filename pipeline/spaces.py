@@ -3,29 +3,38 @@
     search_spaces/<family>.yaml
         reference:  the paper's configuration, evaluated first (active params only)
         params:     name -> {distribution: loguniform|uniform|int|categorical, low, high,
-                             step, choices, when: {other_param: value or [values]}}
+                             step, log, choices, when: {other_param: value or [values]}}
         fixed:      name -> value, passed as is
 
 Every key is a training key (TRAINING_KEYS) or a keyword argument of the family's model class.
-Unknown keys, out-of-range reference values and a learning rate that is not log-uniform are
-errors naming the file and the key, raised before Ray starts.
+Parsing is strict, and every error is one line naming the file, the key and what is allowed,
+raised before Ray starts: unknown keys, a family name (the file's stem) that is not an
+identifier, `step` that is not a positive integer dividing high - low (or given with `log`,
+which Optuna refuses), `log` that is not true/false, non-finite bounds, empty or non-scalar
+choices, a `when`/`params`/`fixed`/`reference` that is not a mapping, out-of-range reference
+values, a learning rate that is not log-uniform, and values of the wrong type for the model
+argument or training setting they become (pipeline/arguments.py): `batch_size: 0` fails here,
+not in every trial a minute later.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import optuna
 
+from pipeline.arguments import TRAINING_KEYS, value_problem
 from pipeline.config import read_yaml
 from pipeline.errors import ConfigError
 from pipeline.models import get_model_class
 from pipeline.models.base import model_arguments
+from pipeline.names import check_name, shown
 
-TRAINING_KEYS = frozenset({"lr", "batch_size", "weight_decay", "grad_clip"})
 SUPPLIED_BY_TRAINER = frozenset({"input_channels", "output_size", "per_step"})
 DISTRIBUTIONS = {
     "loguniform": {"low", "high"},
@@ -33,7 +42,24 @@ DISTRIBUTIONS = {
     "int": {"low", "high", "step", "log"},
     "categorical": {"choices"},
 }
-_TOP_KEYS = {"reference", "params", "fixed"}
+_TOP_KEYS = ("reference", "params", "fixed")
+MAX_CHOICES = 1000
+_SCALARS = "null, true/false, a finite number or a string"
+
+__all__ = ["ParamSpec", "SearchSpace", "TRAINING_KEYS", "load_space", "space_path", "split_config"]
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of the same kind: YAML's `true` is not the choice `1`, nor `1` the choice `true`."""
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, str)) or _is_number(value)
 
 
 @dataclass(frozen=True)
@@ -48,27 +74,29 @@ class ParamSpec:
     when: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
     def active(self, chosen: dict[str, Any]) -> bool:
-        return all(chosen.get(k) in allowed for k, allowed in self.when.items())
+        return all(any(_same(chosen.get(k), a) for a in allowed) for k, allowed in self.when.items())
 
     def contains(self, value: Any) -> bool:
         if self.distribution == "categorical":
-            return value in self.choices
+            return any(_same(value, c) for c in self.choices)
+        if not _is_number(value):
+            return False
         if self.distribution == "int" and (not isinstance(value, int) or (value - self.low) % self.step):
             return False
-        return isinstance(value, (int, float)) and self.low <= value <= self.high
+        return self.low <= value <= self.high
 
     def suggest(self, trial: optuna.Trial) -> Any:
         if self.distribution == "categorical":
             return trial.suggest_categorical(self.name, list(self.choices))
         if self.distribution == "int":
-            step = 1 if self.log else self.step  # Optuna forbids step with log
-            return trial.suggest_int(self.name, int(self.low), int(self.high), step=step, log=self.log)
+            return trial.suggest_int(self.name, int(self.low), int(self.high), step=self.step, log=self.log)
         return trial.suggest_float(self.name, self.low, self.high, log=self.distribution == "loguniform")
 
     def allowed(self) -> str:
         if self.distribution == "categorical":
             return f"one of {list(self.choices)}"
-        return f"{self.distribution} in [{self.low}, {self.high}]"
+        step = f" in steps of {self.step}" if self.step != 1 else ""
+        return f"{self.distribution} in [{self.low}, {self.high}]{step}"
 
 
 @dataclass(frozen=True)
@@ -104,53 +132,116 @@ def _err(path: Path, key: str, msg: str) -> ConfigError:
     return ConfigError(f"{path}: key `{key}`: {msg}")
 
 
-def _parse_param(path: Path, name: str, raw: Any, earlier: dict[str, ParamSpec]) -> ParamSpec:
-    key = f"params.{name}"
-    if not isinstance(raw, dict) or "distribution" not in raw:
-        raise _err(path, key, f"expected a mapping with `distribution` ({sorted(DISTRIBUTIONS)})")
-    dist = raw["distribution"]
-    if dist not in DISTRIBUTIONS:
-        raise _err(path, f"{key}.distribution", f"got {dist!r}; allowed: {sorted(DISTRIBUTIONS)}")
-    extra = set(raw) - DISTRIBUTIONS[dist] - {"distribution", "when"}
-    if extra:
-        raise _err(path, key, f"unknown keys {sorted(extra)} for {dist}; allowed: {sorted(DISTRIBUTIONS[dist])} and `when`")
+def _few(items: Any, limit: int = 5) -> str:
+    items = list(items)
+    return "[" + ", ".join(shown(i) for i in items[:limit]) + (", ..." if len(items) > limit else "") + "]"
+
+
+def _mapping(path: Path, raw: Any, key: str, what: str) -> dict[str, Any]:
+    """`raw` if it is a mapping with string keys (None: empty); else a one-line ConfigError."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise _err(path, key, f"expected a mapping of {what}, got {type(raw).__name__}; allowed: `name: ...` lines")
+    bad = [k for k in raw if not isinstance(k, str)]
+    if bad:
+        raise _err(path, key, f"key {shown(bad[0])} is not a name; allowed: a parameter name")
+    return raw
+
+
+def _parse_when(path: Path, key: str, raw: Any, earlier: dict[str, ParamSpec]) -> dict[str, tuple[Any, ...]]:
     when = {}
-    for other, allowed in (raw.get("when") or {}).items():
+    for other, allowed in _mapping(path, raw, f"{key}.when", "earlier params to the values they must take").items():
         if other not in earlier:
-            raise _err(path, f"{key}.when", f"`{other}` must be a param defined above {name!r}")
+            raise _err(path, f"{key}.when", f"{shown(other)} must be a param defined above this one; "
+                                            f"allowed: {sorted(earlier)}")
         allowed = tuple(allowed) if isinstance(allowed, list) else (allowed,)
+        if not allowed or len(allowed) > MAX_CHOICES or not all(_is_scalar(a) for a in allowed):
+            raise _err(path, f"{key}.when.{other}", f"expected a value or a non-empty list of values; allowed: "
+                                                    f"{earlier[other].allowed()}")
         bad = [a for a in allowed if not earlier[other].contains(a)]
         if bad:
-            raise _err(path, f"{key}.when.{other}", f"{bad} not allowed: {earlier[other].allowed()}")
+            raise _err(path, f"{key}.when.{other}", f"{_few(bad)} not allowed; allowed: {earlier[other].allowed()}")
         when[other] = allowed
-    if dist == "categorical":
-        choices = raw.get("choices")
-        if not isinstance(choices, list) or not choices:
-            raise _err(path, f"{key}.choices", "expected a non-empty list")
-        return ParamSpec(name, dist, choices=tuple(choices), when=when)
+    return when
+
+
+def _parse_choices(path: Path, key: str, raw: Any) -> tuple[Any, ...]:
+    if not isinstance(raw, list) or not raw or len(raw) > MAX_CHOICES:
+        raise _err(path, f"{key}.choices", f"got {shown(raw)}; allowed: a non-empty list of at most {MAX_CHOICES} values")
+    bad = [c for c in raw if not _is_scalar(c)]
+    if bad:
+        raise _err(path, f"{key}.choices", f"{shown(bad[0])} is not a single value; allowed: {_SCALARS}")
+    if any(_same(a, b) for i, a in enumerate(raw) for b in raw[:i]):
+        raise _err(path, f"{key}.choices", "a value is listed twice; allowed: distinct values")
+    return tuple(raw)
+
+
+def _parse_range(path: Path, key: str, dist: str, raw: dict[str, Any]) -> tuple[Any, Any, int, bool]:
     low, high = raw.get("low"), raw.get("high")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or low >= high:
-        raise _err(path, key, f"needs numeric low < high, got low={low!r} high={high!r}")
+    if not (_is_number(low) and _is_number(high)) or low >= high:
+        raise _err(path, key, f"got low={shown(low)} high={shown(high)}; allowed: finite numbers with low < high")
     if dist == "loguniform" and low <= 0:
-        raise _err(path, f"{key}.low", f"loguniform needs low > 0, got {low}")
-    if dist == "int" and not (isinstance(low, int) and isinstance(high, int)):
-        raise _err(path, key, f"int needs integer bounds, got low={low!r} high={high!r}")
-    return ParamSpec(name, dist, float(low) if dist != "int" else low, float(high) if dist != "int" else high,
-                     step=int(raw.get("step", 1)), log=bool(raw.get("log", False)), when=when)
+        raise _err(path, f"{key}.low", f"got {low}; allowed: low > 0 for loguniform")
+    if dist != "int":
+        return float(low), float(high), 1, False
+    if not (isinstance(low, int) and isinstance(high, int)):
+        raise _err(path, key, f"got low={shown(low)} high={shown(high)}; allowed: integer bounds for int")
+    step, log = raw.get("step", 1), raw.get("log", False)
+    if not isinstance(step, int) or isinstance(step, bool) or step < 1 or (high - low) % step:
+        raise _err(path, f"{key}.step", f"{shown(step)} is not allowed; allowed: a positive integer that divides "
+                                        f"high - low ({high - low})")
+    if not isinstance(log, bool):
+        raise _err(path, f"{key}.log", f"{shown(log)} is not allowed; allowed: true or false (unquoted)")
+    if log and (step != 1 or low < 1):
+        raise _err(path, f"{key}.log", f"got log with low={low} step={step}; allowed: log only with low >= 1 and "
+                                       "no step (Optuna samples log-scaled integers in steps of 1)")
+    return low, high, step, log
 
 
-def _check_keys(path: Path, family: str, keys: set[str]) -> None:
+def _parse_param(path: Path, name: str, raw: Any, earlier: dict[str, ParamSpec],
+                 arguments: dict[str, inspect.Parameter]) -> ParamSpec:
+    key = f"params.{name}"
+    if not isinstance(raw, dict) or "distribution" not in raw:
+        raise _err(path, key, f"expected a mapping with `distribution`; allowed: {sorted(DISTRIBUTIONS)}")
+    dist = raw["distribution"]
+    if not isinstance(dist, str) or dist not in DISTRIBUTIONS:
+        raise _err(path, f"{key}.distribution", f"got {shown(dist)}; allowed: {sorted(DISTRIBUTIONS)}")
+    extra = set(raw) - DISTRIBUTIONS[dist] - {"distribution", "when"}
+    if extra:
+        raise _err(path, key, f"unknown keys {_few(extra)} for {dist}; allowed: {sorted(DISTRIBUTIONS[dist])} and `when`")
+    when = _parse_when(path, key, raw.get("when"), earlier)
+    if dist == "categorical":
+        choices = _parse_choices(path, key, raw.get("choices"))
+        for choice in choices:
+            _check_value(path, f"{key}.choices", name, choice, arguments)
+        return ParamSpec(name, dist, choices=choices, when=when)
+    low, high, step, log = _parse_range(path, key, dist, raw)
+    for bound in (low, high):  # a float distribution samples floats: refused for an int argument
+        _check_value(path, key, name, bound, arguments)
+    return ParamSpec(name, dist, low, high, step=step, log=log, when=when)
+
+
+def _check_value(path: Path, key: str, name: str, value: Any, arguments: dict[str, inspect.Parameter]) -> None:
+    problem = value_problem(name, value, arguments)
+    if problem:
+        raise _err(path, key, problem)
+
+
+def _model_arguments(path: Path, family: str, keys: set[str]) -> dict[str, inspect.Parameter]:
+    """The family's model arguments a space may set; unknown keys are refused here."""
     try:
         model_cls = get_model_class(family)
     except KeyError as exc:
         raise ConfigError(f"{path}: unknown model family {family!r} (the file name); {exc.args[0]}") from None
-    model_keys = set(model_arguments(model_cls)) - SUPPLIED_BY_TRAINER
-    unknown = keys - TRAINING_KEYS - model_keys
+    arguments = {k: p for k, p in model_arguments(model_cls).items() if k not in SUPPLIED_BY_TRAINER}
+    unknown = keys - TRAINING_KEYS - set(arguments)
     if unknown:
         raise ConfigError(
-            f"{path}: unknown keys {sorted(unknown)}; allowed: training keys {sorted(TRAINING_KEYS)} "
-            f"or {model_cls.__name__} arguments {sorted(model_keys)}"
+            f"{path}: unknown keys {_few(sorted(unknown))}; allowed: "
+            f"training keys {sorted(TRAINING_KEYS)} or {model_cls.__name__} arguments {sorted(arguments)}"
         )
+    return arguments
 
 
 def _check_reference(path: Path, space: SearchSpace) -> None:
@@ -164,36 +255,39 @@ def _check_reference(path: Path, space: SearchSpace) -> None:
             raise _err(path, f"reference.{spec.name}", "missing; the reference must set every active param")
         value = space.reference[spec.name]
         if not spec.contains(value):
-            raise _err(path, f"reference.{spec.name}", f"{value!r} lies outside the space: {spec.allowed()}")
+            raise _err(path, f"reference.{spec.name}", f"{shown(value)} lies outside the space: {spec.allowed()}")
         chosen[spec.name] = value
     extra = set(space.reference) - set(space.params)
     if extra:
-        raise _err(path, "reference", f"{sorted(extra)} are not searched params (fixed values go under `fixed`)")
+        raise _err(path, "reference", f"{_few(sorted(extra))} are not searched params (fixed values go under `fixed`)")
 
 
 def load_space(path: str | Path, family: str | None = None) -> SearchSpace:
     """Read and validate a search-space file; the family defaults to the file's stem."""
     path = Path(path)
-    family = family or path.stem
+    family = check_name(family if family is not None else path.stem, f"{path}: the family name")
     raw = read_yaml(path)
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping with keys {sorted(_TOP_KEYS)}")
-    unknown = set(raw) - _TOP_KEYS
+        raise ConfigError(f"{path}: expected a mapping with keys {list(_TOP_KEYS)}, got {type(raw).__name__}")
+    unknown = [k for k in raw if k not in _TOP_KEYS]
     if unknown:
-        raise ConfigError(f"{path}: unknown top-level keys {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
-    params: dict[str, ParamSpec] = {}
-    for name, spec in (raw.get("params") or {}).items():
-        params[name] = _parse_param(path, name, spec, params)
-    fixed = dict(raw.get("fixed") or {})
-    reference = dict(raw.get("reference") or {})
-    clash = set(fixed) & set(params)
+        raise ConfigError(f"{path}: unknown top-level keys {_few(unknown)}; allowed: {sorted(_TOP_KEYS)}")
+    raw_params = _mapping(path, raw.get("params"), "params", "param names to distributions")
+    fixed = dict(_mapping(path, raw.get("fixed"), "fixed", "names to values"))
+    reference = dict(_mapping(path, raw.get("reference"), "reference", "param names to values"))
+    clash = set(fixed) & set(raw_params)
     if clash:
-        raise ConfigError(f"{path}: keys {sorted(clash)} are both searched and fixed")
+        raise ConfigError(f"{path}: keys {_few(sorted(clash))} are both searched and fixed; allowed: one or the other")
+    arguments = _model_arguments(path, family, set(raw_params) | set(fixed))
+    params: dict[str, ParamSpec] = {}
+    for name, spec in raw_params.items():
+        params[name] = _parse_param(path, name, spec, params, arguments)
+    for name, value in fixed.items():
+        _check_value(path, f"fixed.{name}", name, value, arguments)
     if "lr" not in params or params["lr"].distribution != "loguniform":
         raise _err(path, "params.lr", "the learning rate must be searched with distribution: loguniform")
     if "batch_size" not in params and "batch_size" not in fixed:
         raise _err(path, "fixed.batch_size", "batch_size must be searched or fixed")
-    _check_keys(path, family, set(params) | set(fixed))
     space = SearchSpace(family, params, fixed, reference, path)
     _check_reference(path, space)
     return space

@@ -90,3 +90,124 @@ def test_condition_on_later_param_is_rejected(tmp_path: Path) -> None:
 def test_unknown_top_level_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown top-level keys"):
         load_space(_write(tmp_path, "cfc", lambda r: r.update(constants={})))
+
+
+# Strict parsing (issue 14): each case below used to pass silently or end in a traceback.
+
+def _refused(path: Path, *fragments: str) -> str:
+    """The ConfigError for the space at `path`: one line naming the file and every fragment."""
+    with pytest.raises(ConfigError) as err:
+        load_space(path)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{path}:") and len(message) < 1500, message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+    return message
+
+
+@pytest.mark.parametrize("step", [0, -32, True, 1.5, "32", 7])
+def test_step_must_be_a_positive_integer_dividing_the_range(tmp_path: Path, step) -> None:
+    """`step: 0` used to end in ZeroDivisionError: integer modulo by zero."""
+    path = _write(tmp_path, "cfc", lambda r: r["params"]["hidden_size"].update(step=step))
+    _refused(path, "key `params.hidden_size.step`", "allowed: a positive integer that divides high - low (480)")
+
+
+@pytest.mark.parametrize("log", ["false", "true", 1, None])
+def test_log_must_be_a_real_bool(tmp_path: Path, log) -> None:
+    """`log: 'false'` used to read as True."""
+    path = _write(tmp_path, "cfc", lambda r: r["params"]["backbone_layers"].update(log=log))
+    _refused(path, "key `params.backbone_layers.log`", "allowed: true or false")
+
+
+def test_log_with_a_step_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path, "cfc", lambda r: r["params"]["hidden_size"].update(log=True))
+    _refused(path, "params.hidden_size.log", "no step")
+
+
+def test_log_without_a_step_is_sampled_log_scaled(tmp_path: Path) -> None:
+    space = load_space(_write(tmp_path, "cfc", lambda r: r["params"]["backbone_layers"].update(log=True)))
+    assert space.params["backbone_layers"].log is True
+
+
+@pytest.mark.parametrize(("key", "edit"), [
+    ("when", lambda r: r["params"]["rtol"].update(when=["method", "dopri5"])),
+    ("params", lambda r: r.update(params=[{"lr": 1}])),
+    ("fixed", lambda r: r.update(fixed=[{"batch_size": 32}])),
+    ("reference", lambda r: r.update(reference=[r["reference"]])),
+])
+def test_sections_given_as_lists_are_one_line(tmp_path: Path, key: str, edit) -> None:
+    _refused(_write(tmp_path, "ncde", edit), f"`{'params.rtol.when' if key == 'when' else key}`", "expected a mapping")
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, True, 1.5, "32", 10**7])
+def test_fixed_batch_size_is_checked_before_any_trial(tmp_path: Path, batch_size) -> None:
+    """A fixed `batch_size: 0` used to fail every trial a minute into the search."""
+    path = _write(tmp_path, "ncde", lambda r: r["fixed"].update(batch_size=batch_size))
+    _refused(path, "key `fixed.batch_size`", "allowed: an integer from 1 to 1000000")
+
+
+@pytest.mark.parametrize(("key", "value", "allowed"), [
+    ("grad_clip", -1.0, ">= 0"), ("grad_clip", float("nan"), ">= 0"), ("hidden_size", True, "an integer"),
+    ("interpolation", 4, "a string"), ("vf_units", float("inf"), "an integer"), ("vf_layers", "3", "an integer"),
+    ("rtol", float("inf"), "a finite number"), ("atol", True, "a finite number"),
+])
+def test_fixed_values_match_the_argument_they_become(tmp_path: Path, key: str, value, allowed: str) -> None:
+    def edit(r: dict) -> None:
+        r["params"].pop(key, None)
+        r["reference"].pop(key, None)
+        r["fixed"][key] = value
+
+    _refused(_write(tmp_path, "ncde", edit), f"key `fixed.{key}`", allowed)
+
+
+def test_choices_match_the_argument_they_become(tmp_path: Path) -> None:
+    path = _write(tmp_path, "ncde", lambda r: r["params"]["interpolation"].update(choices=["cubic", 3]))
+    _refused(path, "params.interpolation.choices", "3 is not allowed", "a string")
+    path = _write(tmp_path, "ncde", lambda r: r["params"]["vf_layers"].update(distribution="uniform"))
+    _refused(path, "params.vf_layers", "1.0 is not allowed", "an integer")  # uniform samples floats
+
+
+@pytest.mark.parametrize("choices", [[], "cubic", [["cubic"]], ["cubic", "cubic"], [float("nan")], None])
+def test_choices_are_a_non_empty_list_of_distinct_single_values(tmp_path: Path, choices) -> None:
+    path = _write(tmp_path, "ncde", lambda r: r["params"]["interpolation"].update(choices=choices))
+    _refused(path, "params.interpolation.choices")
+
+
+@pytest.mark.parametrize(("bound", "value"), [("low", float("-inf")), ("high", float("inf")),
+                                              ("high", float("nan")), ("low", True), ("high", "1e-2")])
+def test_bounds_are_finite_numbers(tmp_path: Path, bound: str, value) -> None:
+    path = _write(tmp_path, "ncde", lambda r: r["params"]["rtol"].update({bound: value}))
+    _refused(path, "key `params.rtol`", "allowed: finite numbers with low < high")
+
+
+def test_a_bool_reference_is_not_the_integer_one(tmp_path: Path) -> None:
+    path = _write(tmp_path, "ncde", lambda r: r["reference"].update(vf_layers=True))
+    _refused(path, "reference.vf_layers", "lies outside the space")
+
+
+def test_when_names_an_earlier_param_and_its_values(tmp_path: Path) -> None:
+    path = _write(tmp_path, "ncde", lambda r: r["params"]["rtol"].update(when={"method": []}))
+    _refused(path, "params.rtol.when.method", "non-empty list")
+    path = _write(tmp_path, "ncde", lambda r: r["params"]["rtol"].update(when={"method": "rk5"}))
+    _refused(path, "params.rtol.when.method", "['rk5'] not allowed")
+
+
+@pytest.mark.parametrize("stem", ["a.b", "-x", "1abc", "a b"])
+def test_the_family_name_from_the_file_name_is_checked_first(tmp_path: Path, stem: str) -> None:
+    path = tmp_path / f"{stem}.yaml"
+    path.write_bytes(b"\x00 not even read")
+    _refused(path, "the family name", "not a valid name")
+    with pytest.raises(ConfigError, match="not a valid name"):
+        load_space(REPO / "search_spaces" / "cfc.yaml", family="../cfc")
+
+
+def test_duplicate_param_key_in_a_space(tmp_path: Path) -> None:
+    path = tmp_path / "cfc.yaml"
+    path.write_text((REPO / "search_spaces" / "cfc.yaml").read_text().replace(
+        "params:\n", "params:\n  lr: {distribution: loguniform, low: 1.0e-5, high: 1.0}\n", 1))
+    _refused(path, "key 'lr' given twice")
+
+
+def test_huge_unknown_key_is_echoed_short(tmp_path: Path) -> None:
+    message = _refused(_write(tmp_path, "cfc", lambda r: r["fixed"].update({"k" * 10_000: 1})), "unknown keys")
+    assert "k" * 50 not in message
