@@ -13,173 +13,17 @@ trials, and dataset and family names are identifiers (pipeline/names.py), checke
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Any, get_args, get_origin
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator,
-                      model_validator)
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from pipeline import names
+from pipeline.dataset_params import (  # noqa: F401  re-exported: `from pipeline.config import XorParams`
+    _KINDS, DatasetParams, ImdbParams, PersonActivityParams, Physionet2012Params, PrecomputeSpec, SepsisParams,
+    SpeechCommandsParams, UeaParams, Walker2dParams, XorParams)
 from pipeline.errors import ConfigError
+from pipeline.params_base import Name, Seed, _few, _Strict
 from pipeline.yaml_load import MAX_BYTES as MAX_YAML_BYTES, load_yaml
-
-
-class _Strict(BaseModel):
-    # extra="forbid": a misspelt key must fail, not be silently ignored. strict: no bool-as-int,
-    # no string-as-bool or string-as-number coercion. allow_inf_nan=False: every float is finite.
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
-
-
-def _name(value: Any) -> Any:
-    # Before any other use of a dataset or family name (it becomes a path, an experiment, a model).
-    if not names.is_name(value):
-        raise ValueError(f"{names.shown(value)} is not a valid name; allowed: {names.ALLOWED}")
-    return value
-
-
-Name = Annotated[str, BeforeValidator(_name)]
-Seed = Annotated[int, Field(ge=0, le=2**32 - 1, description="a seed: 0 to 2^32 - 1 (numpy's range)")]
-MAX_SEQUENCES = 10_000_000  # a bound on generated or kept sequences: far above any dataset here
-MAX_STEPS = 1_000_000  # a bound on window and sequence lengths
-MAX_PRECOMPUTE = 64  # precomputed input variants per dataset
-
-
-class XorParams(_Strict):
-    """Bit-stream XOR (Lechner & Hasani 2020): parity of 2-31 random bits."""
-
-    kind: Literal["xor"]
-    event_based: bool = True
-    n_train: int = Field(2000, gt=10, le=MAX_SEQUENCES, description="train + validation sequences (at most 10^7)")
-    n_test: int = Field(1000, gt=0, le=MAX_SEQUENCES, description="at most 10^7")
-    val_fraction: float = Field(0.1, gt=0, lt=1)
-    seed: Seed = 1234984
-
-
-class PrecomputeSpec(_Strict):
-    """Model inputs built once in `prepare` (for example log-signature windows) instead of in
-    every trial: the family whose `prepare_inputs` builds them, and the arguments it reads."""
-
-    family: Name
-    args: dict[str, Any] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _known_family(self) -> "PrecomputeSpec":
-        from pipeline.arguments import argument_problem
-        from pipeline.models import MODELS, get_model_class  # late: keeps `import pipeline.config` light
-        from pipeline.models.base import model_arguments
-
-        if self.family not in MODELS:
-            raise ValueError(f"unknown family {self.family!r}; valid: {sorted(MODELS)}")
-        cls = get_model_class(self.family)
-        allowed = cls.input_arguments
-        unknown = sorted(set(self.args) - set(allowed))
-        if unknown:
-            raise ValueError(f"{_few(unknown)} do not change {self.family}'s inputs; allowed: {list(allowed)}")
-        arguments = model_arguments(cls)
-        for key, value in self.args.items():
-            problem = argument_problem(arguments[key], value)
-            if problem:
-                raise ValueError(f"args.{key}: {problem}")
-        try:  # the family's own checks of its arguments (a depth it has no formula for), as prepare would meet them
-            cls(input_channels=1, output_size=1, **self.args)
-        except ValueError as exc:
-            reason = " ".join(str(exc).split())
-            raise ValueError(f"args: {reason if len(reason) <= 200 else reason[:197] + '...'}") from None
-        return self
-
-
-class UeaParams(_Strict):
-    """A UEA archive dataset: aeon's bundled copy when it ships one, else the archive's zip."""
-
-    kind: Literal["uea"]
-    name: str = Field("JapaneseVowels", description="one of the archive's 30 multivariate datasets (uea.py)")
-    drop_fraction: float = Field(0.0, ge=0, lt=1, description="observations dropped per series")
-    resplit: bool = Field(False, description="pool train+test and split 70/15/15 (Kidger et al.)")
-    val_fraction: float = Field(0.2, gt=0, lt=1, description="of train, when not resplit")
-    seed: Seed = Field(56789, description="dropped positions and splits (Kidger et al.'s generator seed)")
-    precompute: list[PrecomputeSpec] = Field(default_factory=list, max_length=MAX_PRECOMPUTE,
-                                             description=f"at most {MAX_PRECOMPUTE}")
-
-
-class SpeechCommandsParams(_Strict):
-    """Speech Commands v0.02, the ten keywords, 20 MFCCs of 161 frames (Kidger et al. 2020)."""
-
-    kind: Literal["speech_commands"]
-    n_mfcc: int = Field(20, ge=1, le=256)
-    n_mels: int = Field(64, ge=1, le=1024)
-    n_fft: int = Field(200, ge=16, le=16000, description="window; the hop is n_fft // 2 (torchaudio)")
-    seed: Seed = 0
-    precompute: list[PrecomputeSpec] = Field(default_factory=list, max_length=MAX_PRECOMPUTE)
-
-    @model_validator(mode="after")
-    def _mfcc_within_mels(self) -> "SpeechCommandsParams":
-        if self.n_mfcc > self.n_mels:  # torchaudio.transforms.MFCC refuses this too
-            raise ValueError(f"n_mfcc ({self.n_mfcc}) cannot exceed n_mels ({self.n_mels})")
-        return self
-
-
-class SepsisParams(_Strict):
-    """PhysioNet/CinC 2019 sepsis prediction, training sets A and B, first 72 hours."""
-
-    kind: Literal["sepsis"]
-    intensity: bool = Field(
-        False, description="observational intensity (Kidger et al. 2020): cumulative observation counts "
-        "of the 34 channels, and Unit1/Unit2-observed static flags")
-    max_hours: int = Field(72, ge=1, le=100_000, description="rows up to the first with ICULOS above this are kept")
-    seed: Seed = 0
-    precompute: list[PrecomputeSpec] = Field(default_factory=list, max_length=MAX_PRECOMPUTE)
-
-
-class Physionet2012Params(_Strict):
-    """PhysioNet/CinC 2012 in-hospital mortality, set-a with Outcomes-a, first 48 hours."""
-
-    kind: Literal["physionet2012"]
-    max_hours: float = Field(48.0, gt=0, le=100_000)
-    quantization: float = Field(
-        0.016, gt=0, le=100_000, description="hours observation times are rounded to (CfC 0.016; Rubanova 0.1)")
-    seed: Seed = 0
-    precompute: list[PrecomputeSpec] = Field(default_factory=list, max_length=MAX_PRECOMPUTE)
-
-
-class PersonActivityParams(_Strict):
-    """UCI Localization Data for Person Activity: 7 merged activities, one label per step."""
-
-    kind: Literal["person_activity"]
-    window: int = Field(32, ge=2, le=MAX_STEPS)
-    stride: int = Field(16, ge=1, le=MAX_STEPS)
-    val_fraction: float = Field(0.1, gt=0, lt=1, description="of the reference's 80% train windows")
-    seed: Seed = Field(98841, description="window permutation; 98841 is ODE-LSTM's")
-
-
-class Walker2dParams(_Strict):
-    """Walker2d kinematics (Lechner & Hasani 2020): next-state regression, 17 dims."""
-
-    kind: Literal["walker2d"]
-    window: int = Field(64, ge=2, le=MAX_STEPS)
-    stride: int = Field(16, ge=1, le=MAX_STEPS)
-    drop_fraction: float = Field(0.1, ge=0, lt=1)
-    seed: Seed = Field(125487, description="file shuffle before the 75/10/15 split; 125487 is ODE-LSTM's")
-    drop_seed: Seed = Field(891374, description="which steps are dropped; 891374 is ODE-LSTM's")
-
-
-class ImdbParams(_Strict):
-    """IMDB movie-review sentiment (Maas et al. 2011; CfC paper), Keras' tokenised copy."""
-
-    kind: Literal["imdb"]
-    vocab_size: int = Field(
-        20000, ge=4, le=10_000_000, description="Keras num_words: ids >= this become OOV (2); CfC train_imdb.py's 20000")
-    max_length: int = Field(
-        200, ge=1, le=MAX_STEPS, description="the last max_length tokens of a review are kept (CfC maxlen 200, pad_sequences)")
-    embedding_size: int = Field(
-        64, ge=1, le=65_536, description="learned embedding in front of every family (CfC tunes embed_dim per model: 32-192)")
-    val_fraction: float = Field(0.1, gt=0, lt=1, description="of the 25,000 training reviews")
-    seed: Seed = Field(113, description="Keras load_data's shuffle seed (113, its default), and the validation carve")
-
-
-DatasetParams = Annotated[
-    Union[XorParams, UeaParams, SpeechCommandsParams, SepsisParams, Physionet2012Params,
-          PersonActivityParams, Walker2dParams, ImdbParams],
-    Field(discriminator="kind"),
-]
 
 
 MAX_CPU, MAX_GPU, MAX_WORKERS = 1024, 64, 1024  # per trial or seed: beyond any one Ray cluster here
@@ -226,12 +70,6 @@ def _known_families(overrides: dict[str, ResourceOverride]) -> dict[str, Resourc
     if unknown:
         raise ValueError(f"unknown families {_few(unknown)}; valid: {sorted(MODELS)}")
     return overrides
-
-
-def _few(items: list[Any], limit: int = 5) -> str:
-    """A list echoed in an error: at most `limit` items, each shortened."""
-    head = ", ".join(names.shown(i) for i in items[:limit])
-    return f"[{head}{', ...' if len(items) > limit else ''}]"
 
 
 def _distinct(items: list[Any], what: str) -> list[Any]:
@@ -348,13 +186,6 @@ class Params(_Strict):
             raise ValueError(f"promote.seeds_required is {self.promote.seeds_required} but final.seeds lists only "
                              f"{len(self.final.seeds)}; allowed: at most the number of final seeds")
         return self
-
-
-_KINDS = {
-    "xor": XorParams, "uea": UeaParams, "speech_commands": SpeechCommandsParams, "sepsis": SepsisParams,
-    "physionet2012": Physionet2012Params, "person_activity": PersonActivityParams, "walker2d": Walker2dParams,
-    "imdb": ImdbParams,
-}
 
 
 def _schema_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
