@@ -97,8 +97,7 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
     tracking.finish(client, run_id)
     if job.lr_factor != 1.0:  # robustness reruns only report scores: no weights through the object store
         return {**result, "lr_factor": job.lr_factor}
-    return {**result, "lr_factor": job.lr_factor, "state_dict": best_state,
-            "input_channels": dataset.splits["train"].x.shape[2], "meta": dataset.meta}
+    return {**result, "lr_factor": job.lr_factor, "state_dict": best_state}
 
 
 def _spread(jobs: list[SeedJob], data: Dataset, res: Resources) -> list[dict[str, Any]]:
@@ -148,7 +147,7 @@ def _final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, A
             for factor in (1.0, *p.lr_factors) for s in p.seeds]
     try:
         kept = final_resume.finished_seeds(client, exp_id, parent) if resumed else {}
-        todo = [j for j in jobs if (j.seed, j.lr_factor) not in kept]
+        todo = [j for j in jobs if final_resume.seed_key(j.seed, j.lr_factor) not in kept]
         done = []
         if todo:
             with ray_session():
@@ -156,8 +155,10 @@ def _final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, A
                 check_fits(res, f"final.family_resources.{family}" if family in p.family_resources
                            else "final.resources")
                 done = _spread(todo, data, res)
-        by_key = {**kept, **{(r["seed"], r["lr_factor"]): r for r in done}}
-        record = _evaluate(root, dataset, family, searched, p, [by_key[(j.seed, j.lr_factor)] for j in jobs], data)
+        by_key = {**kept, **{final_resume.seed_key(r["seed"], r["lr_factor"]): r for r in done}}
+        # in job order, each with its job's exact factor (a kept run's tag holds it rounded by `:g`)
+        results = [{**by_key[final_resume.seed_key(j.seed, j.lr_factor)], "lr_factor": j.lr_factor} for j in jobs]
+        record = _evaluate(root, dataset, family, searched, p, results, data)
         record.update(mlflow_parent_run_id=parent, resumed=resumed, reused_seeds=len(kept))
         tracking.log_metrics(client, parent, {k: record[k] for k in ("val_mean", "val_std", "test_mean", "test_std")})
         for r in record["robustness"]:
@@ -176,8 +177,8 @@ def _final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, A
     return record
 
 
-def _evaluate(root: Path, dataset: str, family: str, searched: dict[str, Any], p: FinalParams, results: list[dict[str, Any]],
-              data: Dataset) -> dict[str, Any]:
+def _evaluate(root: Path, dataset: str, family: str, searched: dict[str, Any], p: FinalParams,
+              results: list[dict[str, Any]], data: Dataset) -> dict[str, Any]:
     """The final record from every seed's result; logs the best nominal seed's model for promotion."""
     runs = [r for r in results if r["lr_factor"] == 1.0]
     record = _record(dataset, family, searched, runs, p)

@@ -55,16 +55,22 @@ def open_parent(client: tracking.MlflowClient, exp_id: str, dataset: str, family
     return parent, False
 
 
-def _key(run: Any) -> tuple[int, float] | None:
+def seed_key(seed: int, lr_factor: float) -> tuple[int, str]:
+    """A seed run's identity: the factor as its `lr_factor` tag spells it (`:g`), so a factor read
+    back from a tag matches the one in params.yaml."""
+    return int(seed), f"{lr_factor:g}"
+
+
+def _key(run: Any) -> tuple[int, str] | None:
     tags = run.data.tags
     try:
-        return int(tags["seed"]), float(tags.get("lr_factor", "1"))
+        return seed_key(int(tags["seed"]), float(tags.get("lr_factor", "1")))
     except (KeyError, ValueError):
         return None
 
 
-def finished_seeds(client: tracking.MlflowClient, exp_id: str, parent: str) -> dict[tuple[int, float], dict[str, Any]]:
-    """{(seed, lr factor): the seed's result as train_seed returns it, without weights} for every
+def finished_seeds(client: tracking.MlflowClient, exp_id: str, parent: str) -> dict[tuple[int, str], dict[str, Any]]:
+    """{seed_key: the seed's result as train_seed returns it, without weights} for every
     FINISHED child run that logged all its scores (a nominal seed also its weights)."""
     found: dict[tuple[int, float], dict[str, Any]] = {}
     for run in run_lookup.children(client, exp_id, parent):
@@ -72,10 +78,11 @@ def finished_seeds(client: tracking.MlflowClient, exp_id: str, parent: str) -> d
         metrics = run.data.metrics
         if run.info.status != "FINISHED" or key is None or not all(k in metrics for k in _SCORES):
             continue
-        if key[1] == 1.0 and run.data.tags.get(STATE_ARTIFACT) != "true":
+        nominal = "lr_factor" not in run.data.tags
+        if nominal and run.data.tags.get(STATE_ARTIFACT) != "true":
             continue  # finished before its weights were kept: train it again
         curve = run_lookup.metric_steps(client, run.info.run_id, "val_metric")
-        found[key] = {"seed": key[0], "lr_factor": key[1], "val": metrics["final_val"],
+        found[key] = {"seed": key[0], "lr_factor": float(key[1]), "val": metrics["final_val"],
                       "test": metrics["final_test"], "num_params": int(metrics["num_params"]),
                       "seconds_per_epoch": metrics["seconds_per_epoch"],
                       "curve": [curve[s] for s in sorted(curve)], "mlflow_run_id": run.info.run_id}
