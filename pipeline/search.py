@@ -196,7 +196,7 @@ def _run(root: Path, dataset: str, family: str, p: SearchParams, res: Resources,
         grid = tuner.fit()
     if interrupt.signum is not None:  # Tune stopped early and saved its state: a partial search, not a result
         raise Interrupted(interrupt.signum)
-    records = _trial_records(grid, meta.mode, p.trial_seed)
+    records = _trial_records(grid, meta.mode, p.trial_seed, client)
     _close_runs(client, records, p.epochs)
     _close_orphans(client, exp_id, parent, records)
     searcher = _searcher_of(tuner)
@@ -232,12 +232,16 @@ def _error_message(error: BaseException) -> str:
     return f"{type(cause).__name__}: {lines[-1] if lines else ''}"[:300]
 
 
-def _trial_records(grid: tune.ResultGrid, mode: str, seed: int) -> list[dict[str, Any]]:
+def _trial_records(grid: tune.ResultGrid, mode: str, seed: int,
+                   client: tracking.MlflowClient) -> list[dict[str, Any]]:
     records = []
     for result in grid:
         history = result.metrics_dataframe
         values = ({} if history is None or METRIC not in history
                   else dict(zip(history["epoch"], history[METRIC])))  # by epoch: a retry may report one twice
+        run_id = result.metrics.get("mlflow_run_id") if result.metrics else None
+        if run_id:  # Tune's table of a trial retried from a checkpoint can lack the epochs before it;
+            values.update(run_lookup.metric_steps(client, run_id, METRIC))  # its MLflow run has them all
         scores = [v for v in values.values() if v == v]
         best = (max if mode == "max" else min)(scores) if scores else None
         records.append({
@@ -245,7 +249,7 @@ def _trial_records(grid: tune.ResultGrid, mode: str, seed: int) -> list[dict[str
             "config": result.config, "seed": seed, "best_val": best, "epochs": len(scores),
             "status": "error" if result.error else "ok",
             "error": _error_message(result.error) if result.error else None,
-            "mlflow_run_id": result.metrics.get("mlflow_run_id") if result.metrics else None,
+            "mlflow_run_id": run_id,
         })
     return records
 
