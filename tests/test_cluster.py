@@ -142,6 +142,16 @@ def test_a_killed_worker_node_s_trial_is_rescheduled_and_the_search_completes(
     assert int(run.data.tags.get("resumed_from_epoch", 0)) >= 1  # from the checkpoint on shared storage
 
 
+def _tune_snapshot(uri: str, earlier: set[str]) -> dict[str, str]:
+    """Trial id -> status in the last experiment state Tune wrote before the driver died."""
+    [parent] = [r for r in _search_parents(uri) if r.info.run_id not in earlier]
+    files = sorted(Path(parent.data.tags["ray_experiment_path"]).glob("experiment_state-*.json"),
+                   key=lambda f: f.stat().st_mtime)
+    assert files, f"Tune wrote no experiment state under {parent.data.tags['ray_experiment_path']}"
+    trials = [json.loads(state) for state, _ in json.loads(files[-1].read_text())["trial_data"]]
+    return {t["trial_id"]: t["status"] for t in trials}
+
+
 def _driver(root: Path) -> subprocess.Popen:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     return subprocess.Popen(["ctsweep", "search", "xor", "cfc"], cwd=root, env=env, stdout=subprocess.PIPE,
@@ -169,6 +179,7 @@ def test_a_killed_driver_s_search_resumes_where_it_stopped(root: Path, worker: s
     _watch(uri, one_done_another_running, kill).join(timeout=600)
     first.wait(timeout=60)
     assert before, f"the driver was not caught mid-search:\n{first.stdout.read()[-3000:]}"
+    snapshot = _tune_snapshot(uri, earlier)
     second = _driver(root)
     out, _ = second.communicate(timeout=900)
     assert second.returncode == 0, out[-5000:]
@@ -184,11 +195,23 @@ def test_a_killed_driver_s_search_resumes_where_it_stopped(root: Path, worker: s
     for run in runs:  # a trial started just before the kill, never snapshotted by Tune, is closed as such
         assert run in kept or (run.data.tags.get("orphaned") == "true" and run.info.status == "KILLED")
     client = MlflowClient(uri)
+    assert any(before.get(tid, 0) >= EPOCHS for tid in trial_ids)  # the kill came after a trial finished
     for run in kept:
         tid = run.data.tags["ray_trial_id"]
         history = client.get_metric_history(run.info.run_id, "epoch")
-        if before.get(tid, 0) >= EPOCHS:  # finished before the kill: not rerun
+        if snapshot.get(tid) == "TERMINATED":  # finished in Tune's last snapshot: not rerun
             assert len(history) == EPOCHS and "attempts" not in run.data.tags
+        elif "attempts" in run.data.tags:  # rerun from its last snapshotted checkpoint, not from the start
+            # Tune snapshots its experiment at least 10 s apart: a trial can log epochs (even its last) after
+            # the snapshot that is restored. The rerun then repeats exactly the epochs after the checkpoint
+            # that snapshot held: epochs 1..a of the first attempt, then resumed+1..end.
+            resumed = int(run.data.tags.get("resumed_from_epoch", 0))
+            steps = [m.step for m in sorted(history, key=lambda m: m.timestamp)]
+            end = int(steps[-1])
+            first_attempt = steps[:len(steps) - (end - resumed)]
+            assert steps == first_attempt + list(range(resumed + 1, end + 1)), (tid, resumed, steps)
+            assert first_attempt == list(range(1, len(first_attempt) + 1)), (tid, steps)
+            assert resumed <= len(first_attempt) and len(first_attempt) >= before.get(tid, 0), (tid, resumed, steps)
     assert record["resumed"]
     assert record["ray_experiment_path"] == parent.data.tags["ray_experiment_path"]
     # ASHA's rung at epoch 2 knows every trial that reached it, the first attempt's included
