@@ -14,15 +14,9 @@ import math
 from typing import Any
 
 from pipeline.names import shown
+from pipeline.protocol import TRAINING_KEYS, training_problem
 
-# Training settings (pipeline/train.py TrainSettings): what each allows.
-_TRAINING_RULES: dict[str, tuple[str, Any]] = {
-    "lr": ("a finite number > 0", lambda v: _is_number(v) and 0 < v),
-    "batch_size": ("an integer from 1 to 1000000", lambda v: _is_int(v) and 1 <= v <= 1_000_000),
-    "weight_decay": ("a finite number >= 0", lambda v: _is_number(v) and v >= 0),
-    "grad_clip": ("a finite number >= 0 (0: no clipping)", lambda v: _is_number(v) and v >= 0),
-}
-TRAINING_KEYS = frozenset(_TRAINING_RULES)
+# Training settings: what each allows lives with them (pipeline/protocol.py).
 MAX_INT = 2**31 - 1  # a size or count passed to torch; beyond it an int64 index would overflow
 _PLAIN = {"int": f"an integer of magnitude at most {MAX_INT}", "float": "a finite number", "bool": "true or false", "str": "a string"}
 
@@ -62,12 +56,6 @@ def argument_problem(parameter: inspect.Parameter, value: Any) -> str | None:
         return None
     allowed = _PLAIN[kind] + (" or null" if optional else "")
     return f"{shown(value)} is not allowed; allowed: {allowed} (the model's `{parameter.name}: {parameter.annotation}`)"
-
-
-def training_problem(key: str, value: Any) -> str | None:
-    """What is wrong with `value` for the training setting `key`, or None when it fits."""
-    allowed, ok = _TRAINING_RULES[key]
-    return None if ok(value) else f"{shown(value)} is not allowed; allowed: {allowed}"
 
 
 def value_problem(key: str, value: Any, arguments: dict[str, inspect.Parameter]) -> str | None:

@@ -179,7 +179,7 @@ def train_worker(loop: dict[str, Any]) -> None:
     rank, world = context.get_world_rank(), context.get_world_size()
     train_cfg, model_cfg = split_config(config)
     trainer = Trainer(ctx.family, model_cfg, TrainSettings(**train_cfg), _dataset(loop["data"], ctx), ctx.seed,
-                      str(ray.train.torch.get_device()))
+                      str(ray.train.torch.get_device()), ctx.epochs)
     resumed = _restore(trainer)
     trainer.distribute(ray.train.torch.prepare_model, rank, world)
     client = tracking.MlflowClient(ctx.tracking_uri) if rank == 0 else None
@@ -193,7 +193,11 @@ def train_worker(loop: dict[str, Any]) -> None:
             metrics = trainer.run_epoch(deadline)  # every rank scores validation: same value, no wait
             if client is not None:
                 tracking.log_metrics(client, run_id, metrics, step=trainer.epoch)
+            if client is not None and trainer.stopped_early:
+                tracking.set_tags(client, run_id, {"patience_stopped": "true"})
             _report(trainer, {**metrics, "world_size": world, "mlflow_run_id": run_id}, rank)
+            if trainer.stopped_early:  # every rank scored the same validation: they stop together
+                break
     except TimeLimitReached as exc:  # every rank gets here together (Trainer agrees on the deadline)
         if trainer.epoch == 0:  # nothing to judge the configuration by: a failed trial
             raise TrialFailedError(f"first epoch exceeded trial_time_limit_s={ctx.time_limit_s}") from exc

@@ -31,6 +31,7 @@ from pipeline.names import check_name
 from pipeline.paths import final_result_path, processed_dir, require, search_result_path
 from pipeline.schema import SEARCH_FOR_FINAL, read_record
 from pipeline.serving import log_model_from_state
+from pipeline.protocol import dataset_problem
 from pipeline.spaces import split_config
 from pipeline.train import Trainer, TrainSettings, device_for, is_better
 from pipeline.trial import local_dataset
@@ -73,7 +74,8 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
     try:
         train_cfg, model_cfg = split_config(job.config)
         dataset = local_dataset(data)
-        trainer = Trainer(job.family, model_cfg, TrainSettings(**train_cfg), dataset, job.seed, device_for(job.gpus))
+        trainer = Trainer(job.family, model_cfg, TrainSettings(**train_cfg), dataset, job.seed, device_for(job.gpus),
+                          job.epochs)
         curve, best_val, best_state, seconds = [], None, None, []
         while trainer.epoch < job.epochs:
             m = trainer.run_epoch()
@@ -82,6 +84,9 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
             seconds.append(m["epoch_seconds"])
             if is_better(m["val_metric"], best_val, dataset.meta.mode):
                 best_val, best_state = m["val_metric"], trainer.weights()
+            if trainer.stopped_early:  # `patience` epochs without a better validation score
+                tracking.set_tags(client, run_id, {"patience_stopped": "true"})
+                break
         trainer.model.load_state_dict(best_state)  # copies onto the model's device
         result = {"seed": job.seed, "val": trainer.evaluate("val"), "test": trainer.evaluate("test"),
                   "num_params": trainer.model.num_parameters(), "seconds_per_epoch": statistics.median(seconds),
@@ -120,6 +125,15 @@ def _summary(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def _check_protocol(config: dict[str, Any], meta: Any, epochs: int, dataset: str, family: str) -> None:
+    """The searched training protocol must work at the final budget too (a step epoch within it)."""
+    for key, value in config.items():
+        problem = dataset_problem(key, [value], meta.task, bool(meta.vocab_size), epochs)
+        if problem:
+            raise ConfigError(f"results/{dataset}/search/{family}.json: best_config `{key}` {problem} "
+                              f"(params.yaml `final.epochs` is {epochs})")
+
+
 def final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, Any]:
     """Retrain the searched best config of (dataset, family) on every seed of `p.seeds`."""
     check_name(dataset, "dataset name")
@@ -137,6 +151,7 @@ def _final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, A
                           f"{searched['trial_seed']}; final seeds must be fresh")
     check_writable(final_result_path(root, dataset, family).parent)
     data = load_dataset(data_dir)  # a corrupt split fails now, before Ray and MLflow
+    _check_protocol(searched["best_config"], data.meta, p.epochs, dataset, family)
     client, exp_id = tracking.experiment_id(root, dataset)
     parent, resumed = final_resume.open_parent(
         client, exp_id, dataset, family, final_resume.fingerprint(dataset, family, searched, p, data_dir),

@@ -36,7 +36,7 @@ from pipeline.models.embedding import check_token_family
 from pipeline.names import check_name
 from pipeline.paths import processed_dir, require, search_result_path
 from pipeline.scheduling import HistorySource, ResumableASHA, make_searcher
-from pipeline.spaces import SearchSpace, load_space, space_path
+from pipeline.spaces import SearchSpace, check_for_dataset, load_space, space_path
 from pipeline.storage import check_storage_path
 from pipeline.train import is_better
 from pipeline.trial import TrialContext, run_trial
@@ -69,7 +69,7 @@ def _trainable(ctx: TrialContext, data: Any, res: Resources) -> Any:
 
 def _new_tuner(space: SearchSpace, ctx: TrialContext, data: Any, p: SearchParams, res: Resources, mode: str,
                storage: str, name: str) -> tune.Tuner:
-    searcher = make_searcher(space.define_by_run(), space.reference, METRIC, mode, p.sampler_seed,
+    searcher = make_searcher(space.define_by_run(), space.reference_for(ctx.dataset), METRIC, mode, p.sampler_seed,
                              p.n_startup_trials, p.epochs)
     scheduler = ResumableASHA(HistorySource(ctx.tracking_uri, ctx.experiment_id, ctx.parent_run_id, METRIC),
                               max_t=p.epochs, grace_period=min(p.asha.grace_period, p.epochs),
@@ -142,7 +142,8 @@ def _search(root: Path, dataset: str, family: str, p: SearchParams, fresh: bool)
     data = load_dataset(data_dir)  # a corrupt split fails now, before Ray and MLflow; shipped to every trial
     if meta.vocab_size:  # a token dataset: refuse families that cannot read an embedding, before Ray
         check_token_family(family, get_model_class(family), dataset)
-    space = load_space(space_path(root, family), family)
+    space = load_space(space_path(root, family), family).for_dataset(dataset)  # its fixed values and reference
+    check_for_dataset(space, dataset, meta.task, bool(meta.vocab_size), p.epochs)
     res = p.resources_for(family)
     out = search_result_path(root, dataset, family)
     storage = check_storage_path(root, p.storage_path)  # the same location storage_location gives, checked
@@ -311,5 +312,5 @@ def _summarise(dataset: str, family: str, metric: str, mode: str, space: SearchS
         "best_config": dict(best["config"]),  # sampled values plus the fixed ones
         "best_val": best["best_val"], "trial_seed": p.trial_seed, "sampler_seed": p.sampler_seed,
         "n_trials": len(records), "n_failed": sum(r["status"] == "error" for r in records),
-        "reference": space.reference, "mlflow_parent_run_id": parent, "trials": records,
+        "reference": space.reference_for(dataset), "mlflow_parent_run_id": parent, "trials": records,
     }

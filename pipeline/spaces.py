@@ -1,12 +1,17 @@
 """Search spaces: YAML data compiled to an Optuna define-by-run function for OptunaSearch.
 
     search_spaces/<family>.yaml
-        reference:  the paper's configuration, evaluated first (active params only)
+        reference:  the paper's configuration, evaluated first (active params only); or, where
+                    the paper's differs by dataset, {default: {...}, <dataset>: {...}, ...}
+                    with each dataset's entry merged over `default`
         params:     name -> {distribution: loguniform|uniform|int|categorical, low, high,
                              step, log, choices, when: {other_param: value or [values]}}
-        fixed:      name -> value, passed as is
+        fixed:      name -> value, passed as is; or per dataset, as for `reference` (a class
+                    weight for one dataset, say)
 
-Every key is a training key (TRAINING_KEYS) or a keyword argument of the family's model class.
+Every key is a training key (TRAINING_KEYS, pipeline/protocol.py) or a keyword argument of the
+family's model class. A training key that only some optimisers or schedules use must be fixed
+with them or searched under a `when` on them (`momentum: {..., when: {optimizer: rmsprop}}`).
 Parsing is strict, and every error is one line naming the file, the key and what is allowed,
 raised before Ray starts: unknown keys, a family name (the file's stem) that is not an
 identifier, `step` that is not a positive integer dividing high - low (or given with `log`,
@@ -19,6 +24,7 @@ not in every trial a minute later.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import math
@@ -34,6 +40,7 @@ from pipeline.errors import ConfigError
 from pipeline.models import get_model_class
 from pipeline.models.base import model_arguments
 from pipeline.names import check_name, shown
+from pipeline.protocol import DEFAULTS, NEEDS, REQUIRES, combination_problem, dataset_problem
 
 SUPPLIED_BY_TRAINER = frozenset({"input_channels", "output_size", "per_step"})
 DISTRIBUTIONS = {
@@ -43,6 +50,8 @@ DISTRIBUTIONS = {
     "categorical": {"choices"},
 }
 _TOP_KEYS = ("reference", "params", "fixed")
+DEFAULT_REFERENCE = "default"
+_DATASET_KEYS = ("pos_weight", "class_weight", "embed_dropout", "lr_step_epoch")  # checked per dataset
 MAX_CHOICES = 1000
 _SCALARS = "null, true/false, a finite number or a string"
 
@@ -103,9 +112,20 @@ class ParamSpec:
 class SearchSpace:
     family: str
     params: dict[str, ParamSpec]
-    fixed: dict[str, Any]
-    reference: dict[str, Any]
+    fixed: dict[str, Any]  # the default fixed values
+    reference: dict[str, Any]  # the default reference
     path: Path
+    references: dict[str, dict[str, Any]] = field(default_factory=dict)  # per dataset, default merged in
+    fixed_by_dataset: dict[str, dict[str, Any]] = field(default_factory=dict)  # likewise
+
+    def reference_for(self, dataset: str) -> dict[str, Any]:
+        """The reference configuration evaluated first when searching `dataset`."""
+        return self.references.get(dataset, self.reference)
+
+    def for_dataset(self, dataset: str) -> SearchSpace:
+        """The space as searched on `dataset`: its own fixed values and reference, no other dataset's."""
+        return dataclasses.replace(self, fixed=self.fixed_by_dataset.get(dataset, self.fixed),
+                                   reference=self.reference_for(dataset), references={}, fixed_by_dataset={})
 
     def define_by_run(self) -> Callable[[optuna.Trial], dict[str, Any]]:
         """The function OptunaSearch calls per trial (picklable: Tune checkpoints the searcher)."""
@@ -244,22 +264,106 @@ def _model_arguments(path: Path, family: str, keys: set[str]) -> dict[str, inspe
     return arguments
 
 
-def _check_reference(path: Path, space: SearchSpace) -> None:
+def _check_reference(path: Path, space: SearchSpace, reference: dict[str, Any], key: str) -> None:
     chosen: dict[str, Any] = {}
     for spec in space.params.values():
         if not spec.active(chosen):
-            if spec.name in space.reference:
-                raise _err(path, f"reference.{spec.name}", f"set, but inactive given {spec.when}")
+            if spec.name in reference:
+                raise _err(path, f"{key}.{spec.name}", f"set, but inactive given {spec.when}")
             continue
-        if spec.name not in space.reference:
-            raise _err(path, f"reference.{spec.name}", "missing; the reference must set every active param")
-        value = space.reference[spec.name]
+        if spec.name not in reference:
+            raise _err(path, f"{key}.{spec.name}", "missing; the reference must set every active param")
+        value = reference[spec.name]
         if not spec.contains(value):
-            raise _err(path, f"reference.{spec.name}", f"{shown(value)} lies outside the space: {spec.allowed()}")
+            raise _err(path, f"{key}.{spec.name}", f"{shown(value)} lies outside the space: {spec.allowed()}")
         chosen[spec.name] = value
-    extra = set(space.reference) - set(space.params)
+    extra = set(reference) - set(space.params)
     if extra:
-        raise _err(path, "reference", f"{_few(sorted(extra))} are not searched params (fixed values go under `fixed`)")
+        raise _err(path, key, f"{_few(sorted(extra))} are not searched params (fixed values go under `fixed`)")
+    bad = combination_problem({**space.fixed, **reference})
+    if bad:
+        raise _err(path, f"{key}.{bad[0]}", bad[1])
+
+
+def _per_dataset(path: Path, raw: Any, key: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """(default mapping, {dataset: its mapping merged over the default}) from `reference:` or `fixed:`.
+
+    A flat mapping of values holds for every dataset; a mapping of mappings names datasets, with
+    `default` for the others (values are never mappings, so the two forms cannot be confused).
+    """
+    flat = dict(_mapping(path, raw, key, "names to values, or datasets to such mappings"))
+    if not any(isinstance(v, dict) for v in flat.values()):
+        return flat, {}
+    for name, entry in flat.items():
+        if not isinstance(entry, dict):
+            raise _err(path, f"{key}.{name}", f"got {shown(entry)} beside per-dataset entries; allowed: a "
+                                              f"mapping of names to values for the dataset {name!r}")
+        if name != DEFAULT_REFERENCE:
+            check_name(name, f"{path}: key `{key}.{name}`: the dataset name")
+    if DEFAULT_REFERENCE not in flat:
+        raise _err(path, key, f"per-dataset entries need a `{DEFAULT_REFERENCE}` entry for the other "
+                              f"datasets; got {_few(sorted(flat))}")
+    default = dict(_mapping(path, flat[DEFAULT_REFERENCE], f"{key}.{DEFAULT_REFERENCE}", "names to values"))
+    merged = {name: {**default, **_mapping(path, entry, f"{key}.{name}", "names to values")}
+              for name, entry in flat.items() if name != DEFAULT_REFERENCE}
+    return default, merged
+
+
+def _possible(name: str, params: dict[str, ParamSpec], fixed: dict[str, Any]) -> tuple[Any, ...]:
+    """The values a key can take in this space: its fixed value, its choices, or its default."""
+    if name in fixed:
+        return (fixed[name],)
+    if name in params:
+        return params[name].choices if params[name].distribution == "categorical" else ()
+    return (DEFAULTS[name],) if name in DEFAULTS else ()
+
+
+def _check_protocol(path: Path, params: dict[str, ParamSpec], fixed: dict[str, Any]) -> None:
+    """Training keys that need a given optimiser or schedule appear only with it, and a
+    schedule's own keys are there whenever it can be chosen (pipeline/protocol.py)."""
+    for key, (other, values) in REQUIRES.items():
+        where = f"params.{key}" if key in params else f"fixed.{key}"
+        if key not in params and key not in fixed:
+            continue
+        if other in params:
+            when = params[key].when.get(other) if key in params else None
+            if when is None or not set(when) <= set(values):
+                raise _err(path, where, f"applies only with {other} in {list(values)}, but {other} is searched; "
+                                        f"allowed: a param with `when: {{{other}: {list(values)}}}`")
+        elif _possible(other, params, fixed)[0] not in values:
+            raise _err(path, where, f"applies only with {other} in {list(values)}; {other} is "
+                                    f"{_possible(other, params, fixed)[0]!r} here")
+    for schedule in _possible("lr_schedule", params, fixed):
+        for group in NEEDS.get(schedule, ()):
+            given = [k for k in group if k in fixed or (k in params and schedule in
+                                                        params[k].when.get("lr_schedule", (schedule,)))]
+            if len(given) != 1:
+                what = "missing" if not given else f"both {given} are set"
+                raise _err(path, f"params.{group[0]}" if group[0] in params else f"fixed.{group[0]}",
+                           f"{what}: lr_schedule {schedule!r} needs {' or '.join(group)}")
+
+
+def check_for_dataset(space: SearchSpace, dataset: str, task: str, has_embedding: bool, epochs: int) -> None:
+    """Refuse, before Ray starts, training keys this dataset or budget cannot use: a class weight
+    on regression, a positive weight off binary tasks, embedding dropout without tokens, a step
+    schedule's epoch beyond `epochs` (pipeline/protocol.dataset_problem)."""
+    reference = space.reference_for(dataset)
+    for key in _DATASET_KEYS:
+        if key in space.fixed:
+            where, values = f"fixed.{key}", [space.fixed[key]]
+        elif key in space.params:
+            spec = space.params[key]
+            where, values = f"params.{key}", list(spec.choices) if spec.choices else [spec.low, spec.high]
+        else:
+            continue
+        problem = dataset_problem(key, values + ([reference[key]] if key in reference else []), task,
+                                  has_embedding, epochs)
+        if problem:
+            raise _err(space.path, where, f"{problem} (dataset {dataset})")
+    for key in set(reference) & set(_DATASET_KEYS) - set(space.fixed) - set(space.params):
+        problem = dataset_problem(key, [reference[key]], task, has_embedding, epochs)
+        if problem:
+            raise _err(space.path, f"reference.{key}", f"{problem} (dataset {dataset})")
 
 
 def load_space(path: str | Path, family: str | None = None) -> SearchSpace:
@@ -273,23 +377,36 @@ def load_space(path: str | Path, family: str | None = None) -> SearchSpace:
     if unknown:
         raise ConfigError(f"{path}: unknown top-level keys {_few(unknown)}; allowed: {sorted(_TOP_KEYS)}")
     raw_params = _mapping(path, raw.get("params"), "params", "param names to distributions")
-    fixed = dict(_mapping(path, raw.get("fixed"), "fixed", "names to values"))
-    reference = dict(_mapping(path, raw.get("reference"), "reference", "param names to values"))
-    clash = set(fixed) & set(raw_params)
-    if clash:
-        raise ConfigError(f"{path}: keys {_few(sorted(clash))} are both searched and fixed; allowed: one or the other")
-    arguments = _model_arguments(path, family, set(raw_params) | set(fixed))
+    fixed, fixed_by = _per_dataset(path, raw.get("fixed"), "fixed")
+    reference, reference_by = _per_dataset(path, raw.get("reference"), "reference")
+    variants = {None: fixed, **fixed_by}  # None: the default
+    for name, values in variants.items():
+        clash = set(values) & set(raw_params)
+        if clash:
+            where = "fixed" if name is None else f"fixed.{name}"
+            raise ConfigError(f"{path}: keys {_few(sorted(clash))} are both searched and fixed ({where}); "
+                              "allowed: one or the other")
+    arguments = _model_arguments(path, family, set(raw_params).union(*variants.values()))
     params: dict[str, ParamSpec] = {}
     for name, spec in raw_params.items():
         params[name] = _parse_param(path, name, spec, params, arguments)
-    for name, value in fixed.items():
-        _check_value(path, f"fixed.{name}", name, value, arguments)
+    for variant, values in variants.items():
+        prefix = "fixed" if variant is None else f"fixed.{variant}"
+        for name, value in values.items():
+            _check_value(path, f"{prefix}.{name}", name, value, arguments)
+        _check_protocol(path, params, values)
+        if "batch_size" not in params and "batch_size" not in values:
+            raise _err(path, f"{prefix}.batch_size", "batch_size must be searched or fixed")
     if "lr" not in params or params["lr"].distribution != "loguniform":
         raise _err(path, "params.lr", "the learning rate must be searched with distribution: loguniform")
-    if "batch_size" not in params and "batch_size" not in fixed:
-        raise _err(path, "fixed.batch_size", "batch_size must be searched or fixed")
-    space = SearchSpace(family, params, fixed, reference, path)
-    _check_reference(path, space)
+    space = SearchSpace(family, params, fixed, reference, path,
+                        {d: reference_by.get(d, reference) for d in set(reference_by) | set(fixed_by)},
+                        {d: fixed_by.get(d, fixed) for d in set(reference_by) | set(fixed_by)})
+    for dataset in [None, *space.references]:
+        resolved = space if dataset is None else space.for_dataset(dataset)
+        key = "reference" if dataset is None else f"reference.{dataset}"
+        _check_reference(path, resolved, resolved.reference, "reference.default" if reference_by and dataset is None
+                         else key)
     return space
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -17,42 +16,52 @@ from pipeline.errors import TrialFailedError
 from pipeline.metrics import score
 from pipeline.models import SequenceModel, get_model_class
 from pipeline.models.embedding import TokenEmbedded, check_token_family
+from pipeline.protocol import TrainSettings, class_weights, make_optimizer, make_scheduler, per_batch
+
+__all__ = ["TimeLimitReached", "TrainSettings", "Trainer", "build_model", "device_for", "is_better", "loss_fn"]
 
 
 class TimeLimitReached(Exception):
     """Raised between batches once a run's wall-clock deadline has passed."""
 
 
-@dataclass(frozen=True)
-class TrainSettings:
-    lr: float
-    batch_size: int
-    weight_decay: float = 0.0
-    grad_clip: float = 0.0  # 0: no clipping
-
-
-def build_model(family: str, meta: Meta, input_channels: int, model_kwargs: dict[str, Any]) -> SequenceModel:
+def build_model(family: str, meta: Meta, input_channels: int, model_kwargs: dict[str, Any],
+                embed_dropout: float = 0.0) -> SequenceModel:
     """Instantiate a registered family for a dataset's input and output shape.
 
-    On a token dataset (meta.vocab_size > 0) the family reads a learned embedding of the ids.
+    On a token dataset (meta.vocab_size > 0) the family reads a learned embedding of the ids,
+    with dropout `embed_dropout` on it in training (a training key: the rebuilt model of a
+    promoted checkpoint evaluates without it either way).
     """
     cls = get_model_class(family)
     if meta.vocab_size:
         check_token_family(family, cls, meta.name)
         inner = cls(input_channels=meta.embedding_size, output_size=meta.output_size, per_step=meta.per_step,
                     **model_kwargs)
-        return TokenEmbedded(inner, meta.vocab_size, meta.embedding_size)
+        return TokenEmbedded(inner, meta.vocab_size, meta.embedding_size, embed_dropout)
     return cls(input_channels=input_channels, output_size=meta.output_size, per_step=meta.per_step, **model_kwargs)
 
 
-def loss_fn(meta: Meta, output: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """output: (B, O) or (B, L, O) when per-step; y: (B,) or (B, L) (classes) or (..., O) (regression)."""
+def loss_fn(meta: Meta, output: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
+            weight: torch.Tensor | None = None) -> torch.Tensor:
+    """output: (B, O) or (B, L, O) when per-step; y: (B,) or (B, L) (classes) or (..., O) (regression).
+
+    weight (pipeline.protocol.class_weights): (O,) class weights for classification, (1,) the
+    positive weight for binary; None: unweighted. Both take the weighted mean sum(w l) / sum(w)
+    (torch's cross_entropy with `weight`), which is what the CfC authors' code does with Table S2's
+    class_weight (a two-class cross-entropy weighted (1, w)); the FWP authors' Sepsis code instead
+    scales positive terms and divides by the batch size (BCEWithLogitsLoss(pos_weight)).
+    """
     if meta.per_step:  # score observed steps only
         output, y = output[mask], y[mask]
     if meta.task == "classification":
-        return F.cross_entropy(output, y)
+        return F.cross_entropy(output, y, weight=weight)
     if meta.task == "binary":
-        return F.binary_cross_entropy_with_logits(output[..., 0], y.float())
+        if weight is None:
+            return F.binary_cross_entropy_with_logits(output[..., 0], y.float())
+        terms = F.binary_cross_entropy_with_logits(output[..., 0], y.float(), reduction="none")
+        w = torch.where(y == 1, weight, torch.ones_like(weight))
+        return (w * terms).sum() / w.sum()
     return F.mse_loss(output, y.reshape(output.shape).float())
 
 
@@ -60,21 +69,29 @@ class Trainer:
     """Holds a model, its optimiser and the prepared splits of one dataset."""
 
     def __init__(self, family: str, model_kwargs: dict[str, Any], settings: TrainSettings,
-                 dataset: Dataset, seed: int, device: str = "cpu") -> None:
+                 dataset: Dataset, seed: int, device: str = "cpu", epochs: int | None = None) -> None:
+        """`epochs`: the run's budget, which a step schedule given as `lr_step_fraction` needs."""
         torch.manual_seed(seed)
         self.meta, self.settings = dataset.meta, settings
         cls = get_model_class(family)
         channels = dataset.splits["train"].x.shape[2]
-        self.model = build_model(family, self.meta, channels, model_kwargs).to(device)
+        self.model = build_model(family, self.meta, channels, model_kwargs, settings.embed_dropout).to(device)
         # Whole splits live on the device: the datasets are small, and it saves a copy per batch.
         # Built once per split, or read from what prepare precomputed / an earlier trial cached.
         self.inputs = {name: {k: v.to(device) for k, v in load_inputs(cls, name, s, model_kwargs, dataset.folder).items()}
                        for name, s in dataset.splits.items()}
         self.targets = {name: torch.from_numpy(s.y).to(device) for name, s in dataset.splits.items()}
         self.masks = {name: torch.from_numpy(s.mask).to(device) for name, s in dataset.splits.items()}
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+        self.optimizer = make_optimizer(self.model.parameters(), settings)
+        self.scheduler = make_scheduler(self.optimizer, settings, epochs)
+        weight = class_weights(self.meta.task, settings, self.targets["train"].cpu(), self.masks["train"].cpu(),
+                               self.meta.per_step, self.meta.output_size)
+        self.loss_weight = None if weight is None else weight.to(device)
         self.generator = torch.Generator().manual_seed(seed)
         self.epoch = 0
+        # Early stopping (settings.patience): the best validation score so far and epochs since it.
+        self.best_val: float | None = None
+        self.stale_epochs = 0
         self.device = device
         # Data parallelism (see `distribute`): one process trains everything by default.
         self.rank, self.world = 0, 1
@@ -122,6 +139,8 @@ class Trainer:
             if deadline is not None and self._any_rank(time.monotonic() > deadline):
                 raise TimeLimitReached(f"time limit reached during epoch {self.epoch + 1}")
         self.epoch += 1
+        if self.scheduler is not None and not per_batch(self.settings):
+            self.scheduler.step()
         return total / n
 
     def _step(self, idx: torch.Tensor) -> float:
@@ -133,7 +152,8 @@ class Trainer:
             # DDP's backward waits for a gradient of each one from every rank.
             loss = output.sum() * 0.0
         else:
-            loss = loss_fn(self.meta, output, self.targets["train"][local], self.masks["train"][local])
+            loss = loss_fn(self.meta, output, self.targets["train"][local], self.masks["train"][local],
+                           self.loss_weight)
             if self.world > 1:
                 loss = loss * weight
         batch_loss = self._batch_mean(loss)
@@ -144,6 +164,8 @@ class Trainer:
         if self.settings.grad_clip > 0:  # on the already averaged gradient: the same clip as one process
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
         self.optimizer.step()
+        if self.scheduler is not None and per_batch(self.settings):
+            self.scheduler.step()
         return batch_loss
 
     def _loss_terms(self, idx: torch.Tensor) -> int:
@@ -199,10 +221,21 @@ class Trainer:
     def run_epoch(self, deadline: float | None = None) -> dict[str, float]:
         """Train one epoch and score validation: {epoch, train_loss, val_metric, epoch_seconds}."""
         start = time.perf_counter()
+        lr = self.optimizer.param_groups[0]["lr"]  # the rate this epoch trained with
         train_loss = self.train_epoch(deadline)
         seconds = time.perf_counter() - start
-        return {"epoch": self.epoch, "train_loss": train_loss, "val_metric": self.evaluate("val"),
-                "epoch_seconds": seconds}
+        val = self.evaluate("val")
+        if is_better(val, self.best_val, self.meta.mode):
+            self.best_val, self.stale_epochs = val, 0
+        else:
+            self.stale_epochs += 1
+        return {"epoch": self.epoch, "train_loss": train_loss, "val_metric": val, "epoch_seconds": seconds,
+                "lr": lr}
+
+    @property
+    def stopped_early(self) -> bool:
+        """Whether early stopping ends the run now: `patience` epochs without a better validation score."""
+        return 0 < self.settings.patience <= self.stale_epochs
 
     def weights(self) -> dict[str, torch.Tensor]:
         """A CPU copy of the model's weights (loadable where there is no GPU)."""
@@ -211,13 +244,19 @@ class Trainer:
     def state(self) -> dict[str, Any]:
         """A snapshot (copied: state_dict() tensors alias the live parameters)."""
         return copy.deepcopy({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                              "generator": self.generator.get_state(), "epoch": self.epoch})
+                              "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+                              "generator": self.generator.get_state(), "epoch": self.epoch,
+                              "best_val": self.best_val, "stale_epochs": self.stale_epochs})
 
     def load_state(self, state: dict[str, Any]) -> None:
+        """Resume from state(); a checkpoint written before schedules existed has none to restore."""
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
         self.generator.set_state(state["generator"])
         self.epoch = state["epoch"]
+        self.best_val, self.stale_epochs = state.get("best_val"), state.get("stale_epochs", 0)
 
 
 def device_for(gpus: float) -> str:

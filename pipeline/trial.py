@@ -123,14 +123,18 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
     try:
         train_cfg, model_cfg = split_config(config)
         trainer = Trainer(ctx.family, model_cfg, TrainSettings(**train_cfg), local_dataset(data), ctx.seed,
-                          device_for(ctx.gpus))
+                          device_for(ctx.gpus), ctx.epochs)
         _restore(trainer, client, run_id)
         tracking.log_params(client, run_id, {"num_params": trainer.model.num_parameters()})
         deadline = time.monotonic() + ctx.time_limit_s if ctx.time_limit_s else None
         while trainer.epoch < ctx.epochs:
             metrics = trainer.run_epoch(deadline)
             tracking.log_metrics(client, run_id, metrics, step=trainer.epoch)
+            if trainer.stopped_early:  # tagged first: Tune may end this process at the report
+                tracking.set_tags(client, run_id, {"patience_stopped": "true"})
             _report(trainer, metrics, run_id)  # Tune may end this process here; the driver closes the run
+            if trainer.stopped_early:  # `patience` epochs without progress: the trial ends as ASHA would end it
+                break
     except TimeLimitReached as exc:
         if trainer is None or trainer.epoch == 0:  # nothing to judge the configuration by: a failed trial
             error = TrialFailedError(f"first epoch exceeded trial_time_limit_s={ctx.time_limit_s}")

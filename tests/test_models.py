@@ -13,7 +13,7 @@ from pipeline.models._cde import path_coefficients
 from pipeline.models.base import model_arguments
 
 SEARCH_SPACES = Path(__file__).resolve().parents[1] / "search_spaces"
-TRAINING_KEYS = {"lr", "batch_size", "weight_decay", "grad_clip"}
+from pipeline.protocol import TRAINING_KEYS
 TRAINER_SUPPLIED = {"input_channels", "output_size", "per_step"}
 CHANNELS, OUTPUTS = 2, 3
 

@@ -32,14 +32,17 @@ def check_token_family(family: str, cls: type[SequenceModel], dataset: str) -> N
 class TokenEmbedded(nn.Module):
     """family(embedding(token ids)): x (B, L, 1) ids -> (B, L, E) -> the family's output."""
 
-    def __init__(self, inner: SequenceModel, vocab_size: int, embedding_size: int) -> None:
+    def __init__(self, inner: SequenceModel, vocab_size: int, embedding_size: int, dropout: float = 0.0) -> None:
         super().__init__()
         self.inner = inner
         self.embedding = nn.Embedding(vocab_size, embedding_size)
+        # Dropout on the embedded vectors (CfC Table S3's `embed_dr`); no parameters, so a checkpoint
+        # loads into a model built with any rate, and it is the identity in evaluation.
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
         ids = inputs["x"][..., 0].long()  # (B, L); padding holds 0 after nan_to_num, a valid id
-        return self.inner(**{**inputs, "x": self.embedding(ids)})  # x: (B, L, E)
+        return self.inner(**{**inputs, "x": self.dropout(self.embedding(ids))})  # x: (B, L, E)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
