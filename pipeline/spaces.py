@@ -39,6 +39,7 @@ from pipeline.config import read_yaml
 from pipeline.errors import ConfigError
 from pipeline.models import get_model_class
 from pipeline.models.base import model_arguments
+from pipeline.models.embedding import EMBED_DIM, embedding_arguments
 from pipeline.names import check_name, shown
 from pipeline.protocol import DEFAULTS, NEEDS, REQUIRES, combination_problem, dataset_problem
 
@@ -244,6 +245,8 @@ def _parse_param(path: Path, name: str, raw: Any, earlier: dict[str, ParamSpec],
 
 def _check_value(path: Path, key: str, name: str, value: Any, arguments: dict[str, inspect.Parameter]) -> None:
     problem = value_problem(name, value, arguments)
+    if problem is None and name == EMBED_DIM and value is not None and value < 1:
+        problem = f"{shown(value)} is not allowed; allowed: an integer >= 1 or null (the dataset's embedding_size)"
     if problem:
         raise _err(path, key, problem)
 
@@ -255,6 +258,7 @@ def _model_arguments(path: Path, family: str, keys: set[str]) -> dict[str, inspe
     except KeyError as exc:
         raise ConfigError(f"{path}: unknown model family {family!r} (the file name); {exc.args[0]}") from None
     arguments = {k: p for k, p in model_arguments(model_cls).items() if k not in SUPPLIED_BY_TRAINER}
+    arguments.update(embedding_arguments(model_cls))  # embed_dim, for families that can read tokens
     unknown = keys - TRAINING_KEYS - set(arguments)
     if unknown:
         raise ConfigError(
@@ -296,8 +300,8 @@ def _per_dataset(path: Path, raw: Any, key: str) -> tuple[dict[str, Any], dict[s
         return flat, {}
     for name, entry in flat.items():
         if not isinstance(entry, dict):
-            raise _err(path, f"{key}.{name}", f"got {shown(entry)} beside per-dataset entries; allowed: a "
-                                              f"mapping of names to values for the dataset {name!r}")
+            raise _err(path, f"{key}.{name}", f"got {shown(entry)} beside per-dataset entries; allowed: the value "
+                                              f"under `{key}.{DEFAULT_REFERENCE}` (or under a dataset's entry)")
         if name != DEFAULT_REFERENCE:
             check_name(name, f"{path}: key `{key}.{name}`: the dataset name")
     if DEFAULT_REFERENCE not in flat:
@@ -360,6 +364,12 @@ def check_for_dataset(space: SearchSpace, dataset: str, task: str, has_embedding
                                   has_embedding, epochs)
         if problem:
             raise _err(space.path, where, f"{problem} (dataset {dataset})")
+    if not has_embedding:
+        for where, given in (("fixed", space.fixed), ("params", space.params), ("reference", reference)):
+            if EMBED_DIM in given:
+                raise _err(space.path, f"{where}.{EMBED_DIM}", f"sizes a token embedding but this dataset's inputs "
+                                                               f"are not tokens; allowed: only on token datasets "
+                                                               f"(dataset {dataset})")
     for key in set(reference) & set(_DATASET_KEYS) - set(space.fixed) - set(space.params):
         problem = dataset_problem(key, [reference[key]], task, has_embedding, epochs)
         if problem:

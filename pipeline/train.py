@@ -12,10 +12,10 @@ import torch.nn.functional as F
 
 from pipeline.data.contract import Dataset, Meta
 from pipeline.data.inputs import load_inputs
-from pipeline.errors import TrialFailedError
+from pipeline.errors import ConfigError, TrialFailedError
 from pipeline.metrics import score
 from pipeline.models import SequenceModel, get_model_class
-from pipeline.models.embedding import TokenEmbedded, check_token_family
+from pipeline.models.embedding import EMBED_DIM, TokenEmbedded, check_token_family
 from pipeline.protocol import TrainSettings, class_weights, make_optimizer, make_scheduler, per_batch
 
 __all__ = ["TimeLimitReached", "TrainSettings", "Trainer", "build_model", "device_for", "is_better", "loss_fn"]
@@ -29,16 +29,22 @@ def build_model(family: str, meta: Meta, input_channels: int, model_kwargs: dict
                 embed_dropout: float = 0.0) -> SequenceModel:
     """Instantiate a registered family for a dataset's input and output shape.
 
-    On a token dataset (meta.vocab_size > 0) the family reads a learned embedding of the ids,
-    with dropout `embed_dropout` on it in training (a training key: the rebuilt model of a
-    promoted checkpoint evaluates without it either way).
+    On a token dataset (meta.vocab_size > 0) the family reads a learned embedding of the ids, of
+    `embed_dim` channels when model_kwargs sets it (else the dataset's embedding_size), with
+    dropout `embed_dropout` on it in training (a training key: the rebuilt model of a promoted
+    checkpoint evaluates without it either way).
     """
     cls = get_model_class(family)
+    model_kwargs = dict(model_kwargs)
+    embed_dim = model_kwargs.pop(EMBED_DIM, None)
     if meta.vocab_size:
         check_token_family(family, cls, meta.name)
-        inner = cls(input_channels=meta.embedding_size, output_size=meta.output_size, per_step=meta.per_step,
-                    **model_kwargs)
-        return TokenEmbedded(inner, meta.vocab_size, meta.embedding_size, embed_dropout)
+        size = embed_dim or meta.embedding_size
+        inner = cls(input_channels=size, output_size=meta.output_size, per_step=meta.per_step, **model_kwargs)
+        return TokenEmbedded(inner, meta.vocab_size, size, embed_dropout)
+    if embed_dim is not None:
+        raise ConfigError(f"`{EMBED_DIM}` sizes a token embedding, but {meta.name}'s inputs are not tokens; "
+                          "allowed: only on token datasets")
     return cls(input_channels=input_channels, output_size=meta.output_size, per_step=meta.per_step, **model_kwargs)
 
 

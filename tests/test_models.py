@@ -171,25 +171,28 @@ def test_search_space_files_match_registry() -> None:
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_search_space_keys_and_reference(name: str) -> None:
+    """Every dataset's reference (the default and each named one) sets every active param inside
+    its range, only known keys appear, and the reference model builds."""
+    from pipeline.spaces import load_space
+
     space = yaml.safe_load((SEARCH_SPACES / f"{name}.yaml").read_text())
     assert {"reference", "params"} <= set(space) <= {"reference", "params", "fixed"}  # fixed is optional
-    space.setdefault("fixed", {})
-    allowed = TRAINING_KEYS | model_kwargs(name)
-    for section in ("reference", "params", "fixed"):
-        assert set(space[section]) <= allowed, f"{section}: {set(space[section]) - allowed}"
-    params, reference = space["params"], space["reference"]
-    assert params["lr"]["distribution"] == "loguniform"
-    for key, spec in params.items():
-        condition = spec.get("when", {})
-        active = all(reference.get(k) == v for k, v in condition.items())
-        assert (key in reference) == active, f"{key}: active={active}"
-        if active:
-            assert inside(reference[key], spec), f"reference {key}={reference[key]} outside {spec}"
-    # The reference configuration builds.
-    chosen = {**space["fixed"], **reference}
-    MODELS[name](
-        input_channels=12, output_size=2, **{k: v for k, v in chosen.items() if k not in TRAINING_KEYS}
-    )
+    loaded = load_space(SEARCH_SPACES / f"{name}.yaml")
+    allowed = TRAINING_KEYS | model_kwargs(name) | {"embed_dim"}
+    assert loaded.params["lr"].distribution == "loguniform"
+    for dataset in [None, *loaded.references]:
+        resolved = loaded if dataset is None else loaded.for_dataset(dataset)
+        reference = resolved.reference
+        for section, keys in (("reference", reference), ("params", loaded.params), ("fixed", resolved.fixed)):
+            assert set(keys) <= allowed, f"{dataset} {section}: {set(keys) - allowed}"
+        for key, spec in loaded.params.items():
+            active = all(reference.get(k) in v for k, v in spec.when.items())
+            assert (key in reference) == active, f"{dataset} {key}: active={active}"
+            if active:
+                assert spec.contains(reference[key]), f"{dataset} reference {key}={reference[key]} outside {spec}"
+        chosen = {**resolved.fixed, **reference}
+        MODELS[name](input_channels=12, output_size=2,
+                     **{k: v for k, v in chosen.items() if k not in TRAINING_KEYS and k != "embed_dim"})
 
 
 def test_adaptive_step_cap_counts_per_output_interval() -> None:

@@ -230,7 +230,7 @@ def test_per_dataset_references_merge_over_the_default(tmp_path: Path) -> None:
     for bad, match in (({"xor": {"lr": 1e-3, "hidden_size": 16}}, r"`reference`: per-dataset entries need a `default`"),
                        ({"default": {"lr": 1e-3, "hidden_size": 16}, "xor": {"hidden_size": 72}},
                         r"`reference.xor.hidden_size`: 72 lies outside the space"),
-                       ({"default": {"lr": 1e-3, "hidden_size": 16}, "xor": 3}, r"`reference.xor`: got 3 beside"),
+                       ({"default": {"lr": 1e-3, "hidden_size": 16}, "xor": 3}, r"`reference.xor`: got 3 beside per-dataset entries; allowed: the value under `reference.default`"),
                        ({"default": {"lr": 1e-3, "hidden_size": 16}, "../x": {"lr": 1e-3}}, r"reference.\.\./x")):
         with pytest.raises(ConfigError, match=match):
             load_space(_space(tmp_path, params, reference=bad))

@@ -72,3 +72,28 @@ def test_nan_trials_fail_cleanly_and_the_search_goes_on(root: Path) -> None:
         assert r.info.status == "FAILED" and ("non-finite" in error or "solver failed" in error), error
     assert len(parent) == 1 and parent[0].info.status == "FAILED"
     assert json.loads(parent[0].data.tags["optuna_states"]) == {"FAIL": 3}  # Optuna told; none RUNNING
+
+
+def test_the_searched_dataset_s_reference_runs_first_with_its_fixed_values(root: Path) -> None:
+    """CfC on a dataset named physionet2012 searches Table S2's configuration first, with its
+    class weight (fixed for that dataset only) and the paper's AdamW and lr decay."""
+    save_dataset(processed_dir(root, "physionet2012"),
+                 build_xor("physionet2012", XorParams(kind="xor", n_train=60, n_test=20, seed=3)))
+    record = search(root, "physionet2012", "cfc", SearchParams(num_samples=1, max_concurrent=1, epochs=1))
+    [trial] = record["trials"]
+    assert record["reference"]["optimizer"] == "adamw" and record["reference"]["hidden_size"] == 256
+    assert trial["status"] == "ok"
+    assert trial["config"] == {**record["reference"], "pos_weight": 11.69}
+    run = MlflowClient(tracking.tracking_uri(root)).get_run(trial["mlflow_run_id"])
+    assert run.data.params["pos_weight"] == "11.69" and run.data.params["lr_decay"] == "0.9"  # recorded
+
+
+def test_a_class_weight_on_regression_is_refused_before_ray(root: Path) -> None:
+    import dataclasses
+
+    d = build_xor("physionet2012", XorParams(kind="xor", n_train=40, n_test=10))
+    meta = dataclasses.replace(d.meta, task="regression", metric="mse")
+    save_dataset(processed_dir(root, "physionet2012"), Dataset(meta, d.splits))
+    with pytest.raises(ConfigError, match=r"cfc.yaml: key `fixed.pos_weight`: is set but the task is regression"):
+        search(root, "physionet2012", "cfc", SearchParams(num_samples=1, epochs=1))
+    assert not ray.is_initialized()

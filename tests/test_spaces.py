@@ -54,10 +54,12 @@ def _write(tmp_path: Path, family: str, edit) -> Path:
 
 
 def test_unknown_model_key_names_file_and_allowed(tmp_path: Path) -> None:
-    path = _write(tmp_path, "cfc", lambda r: r["fixed"].update(hiden_size=3))
+    path = _write(tmp_path, "cfc", lambda r: r["fixed"]["default"].update(hiden_size=3))  # per-dataset `fixed`
     with pytest.raises(ConfigError) as err:
         load_space(path)
     assert str(path) in str(err.value) and "hiden_size" in str(err.value) and "backbone_units" in str(err.value)
+    beside = _write(tmp_path, "cfc", lambda r: r["fixed"].update(hidden_size=3))  # a value among the datasets
+    _refused(beside, "key `fixed.hidden_size`", "beside per-dataset entries; allowed: the value under `fixed.default`")
 
 
 def test_learning_rate_must_be_loguniform(tmp_path: Path) -> None:
@@ -209,5 +211,5 @@ def test_duplicate_param_key_in_a_space(tmp_path: Path) -> None:
 
 
 def test_huge_unknown_key_is_echoed_short(tmp_path: Path) -> None:
-    message = _refused(_write(tmp_path, "cfc", lambda r: r["fixed"].update({"k" * 10_000: 1})), "unknown keys")
+    message = _refused(_write(tmp_path, "cfc", lambda r: r["fixed"]["default"].update({"k" * 10_000: 1})), "unknown keys")
     assert "k" * 50 not in message
