@@ -164,6 +164,7 @@ def _search(root: Path, dataset: str, family: str, p: SearchParams, fresh: bool)
             record = _run(root, dataset, family, p, res, meta, space, data_dir, data, client, exp_id, parent, path,
                           resumed)
             write_json(out, record)
+            _log_best(client, parent, record)
         except TrialFailedError as exc:  # every trial failed: final, not resumable
             tracking.set_tags(client, parent, {COMPLETE_TAG: "true"})
             tracking.finish(client, parent, exc)
@@ -210,10 +211,15 @@ def _run(root: Path, dataset: str, family: str, p: SearchParams, res: Resources,
                   asha_rungs={f"{m:g}": n for m, n in sorted(scheduler.rung_sizes().items())}, **study,
                   importance=sensitivity.importances(study["optuna_storage"], study["optuna_study"],
                                                      min(p.asha.grace_period, p.epochs), p.sampler_seed))
+    return record
+
+
+def _log_best(client: tracking.MlflowClient, parent: str, record: dict[str, Any]) -> None:
+    """The outcome on the parent run, once the result file holds it: MLflow params cannot change,
+    and an attempt whose result could not be written is resumed and summarised again."""
     tracking.log_metrics(client, parent, {"best_val": record["best_val"], "n_trials": record["n_trials"],
                                           "n_failed": record["n_failed"]})
     tracking.log_params(client, parent, {"best." + k: v for k, v in record["best_config"].items()})
-    return record
 
 
 def _persist(root: Path, dataset: str, family: str, p: SearchParams, metric: str, parent: str,
@@ -301,7 +307,9 @@ def _close_orphans(client: tracking.MlflowClient, exp_id: str, parent: str, reco
 def _summarise(dataset: str, family: str, metric: str, mode: str, space: SearchSpace, p: SearchParams,
                records: list[dict[str, Any]], parent: str) -> dict[str, Any]:
     best = None
-    for r in records:  # a trial that failed later does not win on its earlier epochs
+    # By trial id, so a tie is decided the same way however Tune (or the grid of a resumed search)
+    # lists the trials; a trial that failed later does not win on its earlier epochs.
+    for r in sorted(records, key=lambda r: str(r["trial_id"])):
         if r["status"] == "ok" and r["best_val"] is not None and is_better(r["best_val"], best and best["best_val"], mode):
             best = r
     if best is None:
