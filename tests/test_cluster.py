@@ -195,12 +195,15 @@ def test_a_killed_driver_s_search_resumes_where_it_stopped(root: Path, worker: s
     for run in runs:  # a trial started just before the kill, never snapshotted by Tune, is closed as such
         assert run in kept or (run.data.tags.get("orphaned") == "true" and run.info.status == "KILLED")
     client = MlflowClient(uri)
+    epochs_of = {t["trial_id"]: t["epochs"] for t in record["trials"]}
     assert any(before.get(tid, 0) >= EPOCHS for tid in trial_ids)  # the kill came after a trial finished
     for run in kept:
         tid = run.data.tags["ray_trial_id"]
         history = client.get_metric_history(run.info.run_id, "epoch")
-        if snapshot.get(tid) == "TERMINATED":  # finished in Tune's last snapshot: not rerun
-            assert len(history) == EPOCHS and "attempts" not in run.data.tags
+        if snapshot.get(tid) == "TERMINATED":  # finished (or stopped by ASHA) in Tune's last snapshot: not rerun
+            steps = [m.step for m in sorted(history, key=lambda m: m.timestamp)]
+            assert steps == list(range(1, len(steps) + 1)) and "attempts" not in run.data.tags, (tid, steps)
+            assert len(steps) in (2, EPOCHS) and len(steps) == epochs_of[tid], (tid, steps, epochs_of[tid])
         elif "attempts" in run.data.tags:  # rerun from its last snapshotted checkpoint, not from the start
             # Tune snapshots its experiment at least 10 s apart: a trial can log epochs (even its last) after
             # the snapshot that is restored. The rerun then repeats exactly the epochs after the checkpoint
