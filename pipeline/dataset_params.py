@@ -100,6 +100,9 @@ class SepsisParams(_Strict):
         False, description="observational intensity (Kidger et al. 2020): cumulative observation counts "
         "of the 34 channels, and Unit1/Unit2-observed static flags")
     max_hours: int = Field(72, ge=1, le=100_000, description="rows up to the first with ICULOS above this are kept")
+    task: Literal["stay", "hourly"] = Field(
+        "stay", description="stay: one label per stay, SepsisLabel ever 1 in the kept rows (Kidger et al. 2020); "
+        "hourly: the challenge's SepsisLabel at every kept hour, one label per step (Kohan et al. 2022, Table 5)")
     seed: Seed = 0
     precompute: list[PrecomputeSpec] = Field(default_factory=list, max_length=MAX_PRECOMPUTE)
 
@@ -115,14 +118,40 @@ class Physionet2012Params(_Strict):
     precompute: list[PrecomputeSpec] = Field(default_factory=list, max_length=MAX_PRECOMPUTE)
 
 
+# The person_activity defaults that differ between variants; `odelstm`'s are the fields' own.
+# rubanova: YuliaRubanova/latent_ode person_activity.py (max_seq_length = 50, slide =
+# max_seq_length // 2) and lib/parse_datasets.py (train_test_split(..., random_state=42)).
+_RUBANOVA_DEFAULTS = {"window": 50, "seed": 42}
+
+
 class PersonActivityParams(_Strict):
-    """UCI Localization Data for Person Activity: 7 merged activities, one label per step."""
+    """UCI Localization Data for Person Activity: 7 merged activities, one label per step.
+
+    `variant` picks the preprocessing (pipeline/data/person_activity.py): `odelstm` (ODE-LSTM's
+    rows, one-hot tag + x, y, z, windows of 32) or `rubanova` (Latent ODE's 10 ms bins of the four
+    tags' 12 coordinates, chunks of 50). A key left out takes its variant's default.
+    """
 
     kind: Literal["person_activity"]
-    window: int = Field(32, ge=2, le=MAX_STEPS)
-    stride: int = Field(16, ge=1, le=MAX_STEPS)
+    variant: Literal["odelstm", "rubanova"] = Field(
+        "odelstm", description="odelstm: Lechner & Hasani 2020 (CfC, CDR-NDE); rubanova: Rubanova et al. 2019 "
+        "(Temporal Weights, Kohan et al. 2022)")
+    window: int = Field(32, ge=2, le=MAX_STEPS, description="steps per window; rubanova: 50")
+    stride: int = Field(16, ge=1, le=MAX_STEPS, description="rubanova: window // 2")
     val_fraction: float = Field(0.1, gt=0, lt=1, description="of the reference's 80% train windows")
-    seed: Seed = Field(98841, description="window permutation; 98841 is ODE-LSTM's")
+    seed: Seed = Field(98841, description="window permutation; 98841 is ODE-LSTM's, rubanova: 42 (Latent ODE's)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _variant_defaults(cls, data: Any) -> Any:
+        # Before validation, so a key given in params.yaml always wins and the fields stay plain ints.
+        if not isinstance(data, dict) or data.get("variant") != "rubanova":
+            return data
+        filled = {**_RUBANOVA_DEFAULTS, **data}
+        window = filled["window"]
+        if "stride" not in filled and isinstance(window, int) and not isinstance(window, bool):
+            filled["stride"] = max(window // 2, 1)  # Rubanova's slide = max_seq_length // 2
+        return filled
 
 
 class Walker2dParams(_Strict):

@@ -18,6 +18,8 @@ on it.
     lr_decay       the schedule's multiplier in (0, 1]: per epoch (or per batch) for exponential,
                    per step for step (CfC Tables S1-S4 `decay_lr`; CDR-NDE Sec. 5: 0.1)
     lr_decay_per   epoch (default) | batch: when exponential decay applies
+    lr_min_factor  exponential schedule: the floor of the rate as a fraction of lr (Rubanova et
+                   al.'s latent_ode code decays by 0.999 per batch down to lr / 10: 0.1)
     lr_step_epoch  step schedule: decay every this many epochs (torch StepLR's step_size)
     lr_step_fraction  step schedule: the same as a fraction of the run's epochs, so a paper's
                    "x0.1 at epoch 100 of 200" keeps its shape at a reduced budget (0.5)
@@ -89,6 +91,7 @@ RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "lr_schedule": _one_of(SCHEDULES),
     "lr_decay": _in_unit(True, False),
     "lr_decay_per": _one_of(("epoch", "batch")),
+    "lr_min_factor": _in_unit(True, False),
     "lr_step_epoch": ("an integer >= 1", lambda v: _is_int(v) and v >= 1),
     "lr_step_fraction": _in_unit(True, False),
     "class_weight": _one_of(CLASS_WEIGHTS),
@@ -104,6 +107,7 @@ REQUIRES: dict[str, tuple[str, tuple[str, ...]]] = {
     "beta1": ("optimizer", _ADAM_LIKE), "beta2": ("optimizer", _ADAM_LIKE),
     "momentum": ("optimizer", ("rmsprop",)), "rms_alpha": ("optimizer", ("rmsprop",)),
     "lr_decay": ("lr_schedule", ("exponential", "step")), "lr_decay_per": ("lr_schedule", ("exponential",)),
+    "lr_min_factor": ("lr_schedule", ("exponential",)),
     "lr_step_epoch": ("lr_schedule", ("step",)), "lr_step_fraction": ("lr_schedule", ("step",)),
 }
 # What a schedule needs: each inner tuple is "one of these keys".
@@ -150,6 +154,7 @@ class TrainSettings:
     lr_schedule: str = "none"
     lr_decay: float | None = None
     lr_decay_per: str | None = None
+    lr_min_factor: float | None = None
     lr_step_epoch: int | None = None
     lr_step_fraction: float | None = None
     class_weight: str = "none"
@@ -198,8 +203,12 @@ def make_scheduler(optimizer: torch.optim.Optimizer, s: TrainSettings,
     """torch's ExponentialLR or StepLR for the configured schedule; None for `none`.
 
     The trainer steps it after each epoch, or after each batch when `lr_decay_per: batch`
-    (`per_batch`).
+    (`per_batch`). With `lr_min_factor` the exponential rate is lr * max(lr_decay^n, lr_min_factor)
+    after n steps (torch's LambdaLR; ExponentialLR has no floor).
     """
+    if s.lr_schedule == "exponential" and s.lr_min_factor is not None:
+        gamma, floor = s.lr_decay, s.lr_min_factor
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: max(gamma ** n, floor))
     if s.lr_schedule == "exponential":
         return torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=s.lr_decay)
     if s.lr_schedule == "step":

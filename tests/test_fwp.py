@@ -1,20 +1,28 @@
-"""Fast weight programmers (node_fwp.py, cde_fwp.py): learning rules, slow nets and readouts
-against hand computations of the paper's equations, the per-row switch-off, solvers, arguments."""
+"""Fast weight programmers (node_fwp.py, cde_fwp.py, rde_node_fwp.py): learning rules, slow nets and
+readouts against hand computations of the paper's equations, the per-row switch-off, solvers,
+arguments, the direct NODE on log-signature windows (Table 2) and the static initial state (Sec. 4)."""
 
 from __future__ import annotations
 
 import math
 
+from pathlib import Path
+
 import pytest
+import signatory
 import torch
 import torch.nn.functional as F
 
 from pipeline.models import MODELS
-from pipeline.models._fwp import _GatedField, _unit_grid
+from pipeline.models._fwp import STATIC_HIDDEN, _GatedField, _unit_grid
+from pipeline.models.base import model_arguments
 from pipeline.models.cde_fwp import DeltaCDEFWP, HebbCDEFWP, OjaCDEFWP
 from pipeline.models.fwp_rules import delta_update, hebb_update, oja_update
 from pipeline.models.logsig import LogSigInputs
 from pipeline.models.node_fwp import DeltaNODEFWP, HebbNODEFWP, OjaNODEFWP
+from pipeline.models.rde import RoughDeltaFWP
+from pipeline.models.rde_node_fwp import RoughDeltaNODEFWP, RoughHebbNODEFWP, RoughOjaNODEFWP
+from pipeline.spaces import load_space, split_config
 
 from test_models import make_split
 
@@ -22,7 +30,11 @@ FAMILIES = {
     "node_fwp_hebb": HebbNODEFWP, "node_fwp_oja": OjaNODEFWP, "node_fwp_delta": DeltaNODEFWP,
     "cde_fwp_hebb": HebbCDEFWP, "cde_fwp_oja": OjaCDEFWP, "cde_fwp_delta": DeltaCDEFWP,
 }
+ROUGH_NODE_FAMILIES = {
+    "rde_node_fwp_hebb": RoughHebbNODEFWP, "rde_node_fwp_oja": RoughOjaNODEFWP, "rde_node_fwp_delta": RoughDeltaNODEFWP,
+}
 SMALL = {"hidden_size": 4, "num_heads": 2, "ff_dim": 8}
+SPACES = Path(__file__).resolve().parents[1] / "search_spaces"
 
 # One head, d = 2: softmax([0, ln 3]) = [1/4, 3/4], v = [1, -2], sigma(beta) = 1/2, W = [[1, 2], [3, 4]].
 KEY_LOGITS = torch.tensor([[[0.0, math.log(3.0)]]], dtype=torch.float64)  # (B=1, H=1, d=2)
@@ -233,7 +245,7 @@ def test_bad_arguments_are_rejected(cls: type, kwargs: dict, message: str) -> No
 
 
 def test_registry_names_and_rules() -> None:
-    for name, cls in FAMILIES.items():
+    for name, cls in {**FAMILIES, **ROUGH_NODE_FAMILIES}.items():
         assert MODELS[name] is cls and name.endswith(cls.learning_rule)
 
 
@@ -252,3 +264,164 @@ def test_cde_fwps_take_a_log_signature_path(cls: type) -> None:
     x, t, mask = make_split([6, 3], length=6, seed=7)
     out = model(**Rough.prepare_inputs(x, t, mask, **kwargs))
     assert out.shape == (2, 3) and torch.isfinite(out).all()
+
+
+# --- Direct NODE on log-signature windows (rde_node_fwp.py; Sec. 4, Table 2, footnote 6) ---
+
+
+def fully_observed(length: int, channels: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One row, every value observed, float64: x (1, L, C), irregular t (1, L), mask (1, L)."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, length, channels, generator=gen, dtype=torch.float64)
+    t = torch.cumsum(0.2 + torch.rand(1, length, generator=gen, dtype=torch.float64), dim=1)
+    return x, t, torch.ones(1, length, dtype=torch.bool)
+
+
+@pytest.mark.parametrize("name", sorted(ROUGH_NODE_FAMILIES))
+def test_rough_node_euler_steps_and_readout_by_hand(name: str) -> None:
+    """Eqs. 18-21 with log-signatures as input, Euler with one step per window: W(0) is the write
+    (W = 0) of initial_network([t_0, x_0]); W(k + 1) = W(k) + F(logsig_k, W(k)) (Eq. 18), with
+    [k, v, beta] from LayerNorm(W_in logsig_k) (Eq. 21); y = W(2) q, q from the last window's
+    log-signature (Eqs. 19-20). logsig_k is computed here by signatory on the window's own points."""
+    cls = ROUGH_NODE_FAMILIES[name]
+    torch.manual_seed(0)
+    kwargs = {**SMALL, "logsig_depth": 2, "logsig_step": 2}
+    model = cls(input_channels=2, output_size=3, method="euler", **kwargs).double().eval()
+    x, t, mask = fully_observed(length=5, channels=2, seed=8)  # windows: steps [0, 2] and [2, 4]
+    path = torch.cat([t.unsqueeze(-1), x], dim=-1)  # (1, 5, 3) = [t, x]
+    logsigs = [signatory.logsignature(path[:, 2 * k : 2 * k + 3], 2) for k in range(2)]  # (1, 6) each
+    writer, heads, d = model.rule, 2, 2
+
+    def projected(inputs: torch.Tensor) -> torch.Tensor:
+        return norm(writer.input_norm, linear(writer.input_proj, inputs))
+
+    def write(inputs: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        kvb = linear(writer.kvb_net, projected(inputs)).view(1, heads, 2 * d + 1)
+        return by_hand(cls.learning_rule, kvb[..., :d], kvb[..., d : 2 * d].tanh(), kvb[..., -1].sigmoid(), w)
+
+    w = write(linear(model.initial_network, path[:, 0]), torch.zeros(1, heads, d, d, dtype=torch.float64))
+    for logsig in logsigs:
+        w = w + write(logsig, w)
+    query = linear(model.query_net, projected(logsigs[-1])).view(1, heads, d).softmax(-1)
+    expected = model.readout(model.feed_forward(linear(model.out_proj, torch.einsum("bhij,bhj->bhi", w, query).flatten(1))))
+    with torch.no_grad():
+        torch.testing.assert_close(model(**cls.prepare_inputs(x, t, mask, **kwargs)), expected)
+
+
+@pytest.mark.parametrize("per_step", [False, True])
+@pytest.mark.parametrize("name", sorted(ROUGH_NODE_FAMILIES))
+def test_rough_node_shapes_and_one_training_step(name: str, per_step: bool) -> None:
+    cls = ROUGH_NODE_FAMILIES[name]
+    torch.manual_seed(0)
+    kwargs = {**SMALL, "logsig_depth": 1, "logsig_step": 2}
+    model = cls(input_channels=2, output_size=3, per_step=per_step, **kwargs)
+    assert model.rule.reads_derivative and model.rule.input_proj.in_features == model.path_channels == 3
+    x, t, mask = make_split([6, 3, 1], length=6, seed=7)
+    out = model(**cls.prepare_inputs(x, t, mask, **kwargs))
+    assert out.shape == ((3, 6, 3) if per_step else (3, 3)) and torch.isfinite(out).all()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    out.square().mean().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    assert model.initial_network.weight.grad.abs().sum() > 0  # W(0) reads [t_0, x_0]
+    optimizer.step()
+    assert all(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_eigenworms_reference_has_the_papers_87k_parameters() -> None:
+    """Table 2's last row has "87 K" parameters (Sec. 4); EigenWorms: 6 channels, 5 classes. The
+    CDE form of the same settings (rde_fwp_delta) is smaller."""
+    def size(family: str) -> int:
+        _, model_kwargs = split_config(load_space(SPACES / f"{family}.yaml").reference)
+        return MODELS[family](input_channels=6, output_size=5, **model_kwargs).num_parameters()
+
+    assert size("rde_node_fwp_delta") == 86_925  # 86,869 + initial_network Linear(7, 7)
+    assert size("rde_fwp_delta") == 71_381
+
+
+@pytest.mark.parametrize("cls", [RoughDeltaNODEFWP, RoughDeltaFWP])
+def test_rough_fwps_take_no_static_initial_state(cls: type) -> None:
+    assert not {"static_channels", "interpolation"} & set(model_arguments(cls))
+    with pytest.raises(ValueError, match="static_channels"):
+        cls(input_channels=2, output_size=1, static_channels=1)
+
+
+# --- Static initial state (Sec. 4, Sepsis; the reference's InitialValueNetwork) ---
+
+
+def with_statics(x: torch.Tensor, mask: torch.Tensor, statics: torch.Tensor) -> torch.Tensor:
+    """x (N, L, C) -> (N, L, C + S): statics (N, S) as the last channels at the observed steps, NaN
+    at padding (pipeline/data/contract.py)."""
+    repeated = statics[:, None, :].expand(-1, x.shape[1], -1).clone()
+    repeated[~mask] = float("nan")
+    return torch.cat([x, repeated], dim=-1)
+
+
+def static_state_by_hand(model: torch.nn.Module, statics: torch.Tensor) -> torch.Tensor:
+    """W(0) = sigma(b) tanh(v) softmax(k)^T, [k, v, b] = W_2 ReLU(W_1 z + b_1) + b_2, per head (H=2, d=2)."""
+    encoder = model.static_init
+    kvb = linear(encoder.kvb_net, linear(encoder.hidden[0], statics).relu()).view(len(statics), 2, 5)
+    return torch.einsum("bh,bhi,bhj->bhij", kvb[..., -1].sigmoid(), kvb[..., 2:4].tanh(), kvb[..., :2].softmax(-1))
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_static_initial_state_is_the_encoders_outer_product(name: str) -> None:
+    """One observation per row, so W(T) = W(0) from the statics; y = W(0) q read out, with q from X(0)
+    less the static channels (W(0)^T q for the CDE Hebb/Oja)."""
+    cls = FAMILIES[name]
+    torch.manual_seed(0)
+    model = cls(input_channels=4, output_size=3, static_channels=2, **SMALL).double().eval()
+    assert model.static_init.hidden[0].out_features == STATIC_HIDDEN == 256
+    assert model.rule.input_proj.in_features == model.control_channels == 3  # [t, x_1, x_2]
+    x, t, mask = make_split([1, 1], length=1, seed=9)
+    statics = torch.randn(2, 2, generator=torch.Generator().manual_seed(10), dtype=torch.float64)
+    x, t = with_statics(x.double(), mask, statics), t.double()
+    inputs = cls.prepare_inputs(x, t, mask)
+    path, grid = model._path(**inputs)
+    start, slope = path.evaluate(grid[0]), path.derivative(grid[0])  # (2, 5)
+    torch.testing.assert_close(start[:, -2:], statics)
+    w0 = static_state_by_hand(model, statics)
+    w0 = w0.transpose(-1, -2) if name in ("cde_fwp_hebb", "cde_fwp_oja") else w0
+    query = linear(model.query_net, model.rule.key_features(start[:, :3], slope[:, :3])).view(2, 2, 2).softmax(-1)
+    expected = model.readout(model.feed_forward(linear(model.out_proj, torch.einsum("bhij,bhj->bhi", w0, query).flatten(1))))
+    with torch.no_grad():
+        torch.testing.assert_close(model(**inputs), expected)
+
+
+@pytest.mark.parametrize("name", ["node_fwp_oja", "cde_fwp_delta"])
+def test_statics_reach_the_model_only_through_w0(name: str) -> None:
+    """The static channels leave the path: their values after the first step change nothing, new
+    statics change W(0) and so the output; a model without static_channels reads them along the path."""
+    cls = FAMILIES[name]
+    torch.manual_seed(0)
+    model = cls(input_channels=4, output_size=3, static_channels=2, **SMALL).double().eval()
+    plain = cls(input_channels=4, output_size=3, **SMALL).double().eval()
+    x, t, mask = make_split([6, 3, 2], length=6, seed=11)
+    statics = torch.randn(3, 2, generator=torch.Generator().manual_seed(12), dtype=torch.float64)
+    x, t = with_statics(x.double(), mask, statics), t.double()
+    later, first = x.clone(), x.clone()
+    later[:, 1:, -2:] += 5.0  # NaN padding stays NaN
+    first[:, :, -2:] += 1.0
+    with torch.no_grad():
+        out = model(**cls.prepare_inputs(x, t, mask))
+        torch.testing.assert_close(model(**cls.prepare_inputs(later, t, mask)), out)
+        assert not torch.allclose(model(**cls.prepare_inputs(first, t, mask)), out)
+        assert not torch.allclose(plain(**cls.prepare_inputs(later, t, mask)), plain(**cls.prepare_inputs(x, t, mask)))
+
+
+@pytest.mark.parametrize("value", [-1, 5, True])
+def test_static_channels_must_name_last_channels_of_x(value: object) -> None:
+    with pytest.raises(ValueError, match=r"static_channels must be in \[0, input_channels=4\]"):
+        OjaCDEFWP(input_channels=4, output_size=1, static_channels=value)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_sepsis_spaces_ask_for_the_static_initial_state(name: str) -> None:
+    """The paper's Sepsis behaviour is the default on sepsis (5 statics) and sepsis_intensity (7),
+    as many as the dataset's static channels; other datasets keep W(0) = the rule's write at s = 0."""
+    from pipeline.data.sepsis import channel_names
+
+    space = load_space(SPACES / f"{name}.yaml")
+    assert "static_channels" not in space.fixed
+    for dataset, intensity in (("sepsis", False), ("sepsis_intensity", True)):
+        assert space.for_dataset(dataset).fixed["static_channels"] == len(channel_names(intensity)[1])

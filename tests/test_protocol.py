@@ -66,6 +66,22 @@ def test_exponential_decay_per_epoch_and_per_batch(data: Dataset) -> None:
     assert _lr(per_batch) == pytest.approx(1e-2 * 0.9 ** math.ceil(N_TRAIN / BATCH))
 
 
+def test_exponential_decay_stops_at_its_floor(data: Dataset) -> None:
+    """Rubanova et al.'s latent_ode code: x0.999 per batch, never below lr / 10 (here x0.5 and lr / 4)."""
+    settings = TrainSettings(lr=1e-2, batch_size=BATCH, optimizer="adamax", lr_schedule="exponential",
+                             lr_decay=0.5, lr_decay_per="batch", lr_min_factor=0.25)
+    trainer = Trainer("cfc", KWARGS, settings, data, 0)
+    assert math.ceil(N_TRAIN / BATCH) > 2  # so one epoch passes the floor
+    trainer.run_epoch()
+    assert _lr(trainer) == pytest.approx(2.5e-3)
+    resumed = Trainer("cfc", KWARGS, settings, data, 1)
+    resumed.load_state(trainer.state())
+    assert _lr(resumed) == pytest.approx(2.5e-3)
+    with pytest.raises(ConfigError, match="lr_min_factor.*lr_schedule"):
+        TrainSettings(lr=1e-2, batch_size=BATCH, lr_schedule="step", lr_decay=0.1, lr_step_epoch=1,
+                      lr_min_factor=0.1)
+
+
 def test_step_decay_at_an_epoch_or_a_fraction_of_the_budget(data: Dataset) -> None:
     """CDR-NDE Sec. 5: x0.1 at epoch 100 of 200, i.e. lr_step_fraction 0.5 of any budget."""
     for settings, epochs in ((dict(lr_step_epoch=2), None), (dict(lr_step_fraction=0.5), 4)):

@@ -10,8 +10,9 @@ import torch
 from pipeline.models import get_model_class
 from pipeline.models.gru_ode import GRUODEField
 from pipeline.models.temporal_weights import (
-    MAX_FULL_WEIGHTS,
+    MAX_DENSE_GROUP,
     TemporalLinear,
+    TemporalMLP,
     TemporalWeights,
     coupling_coefficients,
 )
@@ -25,6 +26,14 @@ def _randomise(module: torch.nn.Module, seed: int = 0) -> None:
             p.copy_(torch.randn(p.shape, generator=gen) * 0.7)
 
 
+def _k(layer: TemporalWeights, i: int, j: int, g: int = 0, a: int = 0, b: int = 0) -> float:
+    """K_ij read off the parameters: i, j index the flattened weights, a, b their places in group g."""
+    if layer.coupling_form == "dense":
+        return layer.coupling[g, a, b].item()
+    k_i = layer.receiver.flatten()[i].item()
+    return k_i if layer.coupling_form == "weight" else k_i * layer.sender.flatten()[j].item()
+
+
 def _by_formula(layer: TemporalWeights, t: float, groups: list[list[int]]) -> torch.Tensor:
     """w'_i = sum_j K_ij / n sin(f(t)(w_i - w_j) + phi(t)), the sum over i's group, in loops."""
     f, phi = (v.item() for v in layer.frequency_phase(torch.tensor(t)))
@@ -32,11 +41,44 @@ def _by_formula(layer: TemporalWeights, t: float, groups: list[list[int]]) -> to
     out = [0.0] * len(w)
     for g, members in enumerate(groups):
         for a, i in enumerate(members):
-            total = sum(layer.coupling[g, a, b].item() * math.sin(f * (w[i] - w[j]) + phi) for b, j in enumerate(members))
+            total = sum(_k(layer, i, j, g, a, b) * math.sin(f * (w[i] - w[j]) + phi) for b, j in enumerate(members))
             out[i] = total / len(members)
     return torch.tensor(out).view(layer.rows, layer.cols)
 
 
+def _eq2_double_sum(w: torch.Tensor, k: torch.Tensor, f: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
+    """Eq. 2 term by term: w (rows, cols), K (#W, #W), f and phi scalars -> W' (rows, cols)."""
+    flat = w.flatten()
+    n = flat.numel()
+    out = torch.zeros(n, dtype=w.dtype)
+    for i in range(n):
+        for j in range(n):
+            out[i] = out[i] + k[i, j] / n * torch.sin(f * (flat[i] - flat[j]) + phi)
+    return out.view_as(w)
+
+
+@pytest.mark.parametrize("coupling", ["weight", "rank1", "dense"])
+def test_full_coupling_is_eq2_by_a_double_sum(coupling: str) -> None:
+    # Every weight of a 2 x 3 layer with every other, normalised by #W = 6 (Eqs. 1-2), at one
+    # time for the batch and at a time per row.
+    layer = TemporalWeights(2, 3, scope="full", clock_units=3, coupling=coupling).double()
+    _randomise(layer, seed=4)
+    n = 6
+    k = torch.tensor([[_k(layer, i, j, 0, i, j) for j in range(n)] for i in range(n)], dtype=torch.float64)
+    if coupling == "weight":
+        assert torch.equal(k, layer.receiver.detach().flatten()[:, None].expand(n, n))  # K_ij = k_i
+    torch.testing.assert_close(layer.coupling_matrix()[0].detach(), k)
+    times = torch.tensor([0.0, 1.7, -2.3], dtype=torch.float64)
+    with torch.no_grad():
+        batch = layer(times)  # (3, 2, 3)
+        for row, t in enumerate(times):
+            f, phi = layer.frequency_phase(t)
+            expected = _eq2_double_sum(layer.weight, k, f, phi)
+            torch.testing.assert_close(layer(t), expected)
+            torch.testing.assert_close(batch[row], expected)
+
+
+@pytest.mark.parametrize("coupling", ["weight", "dense"])
 @pytest.mark.parametrize(
     "scope, block, groups",
     [
@@ -45,8 +87,8 @@ def _by_formula(layer: TemporalWeights, t: float, groups: list[list[int]]) -> to
         ("block", 4, [[0, 1, 2, 3], [4, 5]]),  # the last block is short: padding must not count
     ],
 )
-def test_weights_follow_the_coupling_formula(scope: str, block: int, groups: list[list[int]]) -> None:
-    layer = TemporalWeights(2, 3, scope=scope, block=block, clock_units=3)
+def test_weights_follow_the_coupling_formula(scope: str, block: int, groups: list[list[int]], coupling: str) -> None:
+    layer = TemporalWeights(2, 3, scope=scope, block=block, clock_units=3, coupling=coupling)
     _randomise(layer)
     for t in (0.0, 1.7):
         torch.testing.assert_close(layer(torch.tensor(t)).detach(), _by_formula(layer, t, groups))
@@ -71,28 +113,70 @@ def test_temporal_linear_uses_the_weights_at_each_rows_time() -> None:
     torch.testing.assert_close(layer(x, t), expected)
 
 
-def test_initial_weights_are_the_centred_parameters_for_small_weights() -> None:
+@pytest.mark.parametrize("scope", ["full", "row"])
+def test_initial_weights_are_the_centred_parameters_for_small_weights(scope: str) -> None:
     # K = 1, f = 1, phi = 0: w'_i = mean_j sin(w_i - w_j) ~ w_i - mean(w) when the weights are small
-    layer = TemporalWeights(1, 4, scope="row", block=1)
+    layer = TemporalWeights(1, 4, scope=scope, block=1)
     with torch.no_grad():
         layer.weight.copy_(torch.tensor([[0.01, -0.02, 0.03, 0.0]]))
     w = layer.weight.detach()
     torch.testing.assert_close(layer(torch.tensor(3.0)).detach(), w - w.mean(), atol=1e-6, rtol=1e-3)
 
 
-def test_coupling_coefficients_per_scope_and_memory_bound() -> None:
+def test_coupling_coefficients_per_scope_and_form() -> None:
     rows, cols = 64, 64
-    assert coupling_coefficients(rows, cols, "full", 1) == (rows * cols) ** 2
-    assert coupling_coefficients(rows, cols, "row", 1) == rows * cols * cols
-    assert coupling_coefficients(rows, cols, "block", 16) == rows * cols * 16
-    layer = TemporalWeights(rows, cols, scope="block", block=16)
-    assert layer.coupling.numel() == rows * cols * 16  # built as counted
-    with pytest.raises(ValueError, match=r"tw_scope='full'.*4096"):
-        TemporalWeights(MAX_FULL_WEIGHTS + 1, 1, scope="full")
+    count = rows * cols
+    assert coupling_coefficients(rows, cols, "full", 1) == count  # one per weight: the default
+    assert coupling_coefficients(rows, cols, "full", 1, "rank1") == 2 * count
+    assert coupling_coefficients(rows, cols, "full", 1, "dense") == count**2
+    assert coupling_coefficients(rows, cols, "row", 1, "dense") == rows * cols * cols
+    assert coupling_coefficients(rows, cols, "block", 16, "dense") == count * 16
+    for scope, coupling in (("full", "weight"), ("full", "rank1"), ("block", "dense")):
+        layer = TemporalWeights(rows, cols, scope=scope, block=16, coupling=coupling)
+        named = layer.named_parameters()
+        extra = sum(p.numel() for name, p in named if name != "weight" and not name.startswith("clock"))
+        assert extra == coupling_coefficients(rows, cols, scope, 16, coupling)  # built as counted
+    with pytest.raises(ValueError, match=r"tw_coupling='dense'.*4096"):
+        TemporalWeights(MAX_DENSE_GROUP + 1, 1, scope="full", coupling="dense")
     with pytest.raises(ValueError, match=r"tw_scope.*valid"):
         TemporalWeights(2, 2, scope="diagonal")
+    with pytest.raises(ValueError, match=r"tw_coupling.*valid"):
+        TemporalWeights(2, 2, coupling="lowrank")
     with pytest.raises(ValueError, match="tw_block"):
         TemporalWeights(2, 2, scope="block", block=0)
+
+
+def test_full_coupling_scales_to_large_layers_and_keeps_the_mean_field() -> None:
+    # 256 x 256 = 65,536 weights all-to-all: a dense K would hold 4.3e9 coefficients. With
+    # K_ij = k_i the layer is k_i times the same Eq. 2 sum as K = 1, which for small weights
+    # is w - mean(w) over the whole layer.
+    layer = TemporalWeights(256, 256, scope="full")
+    assert layer.receiver.shape == (256, 256) and layer.coupling is None
+    w = layer.weight.detach() * 1e-3
+    with torch.no_grad():
+        layer.weight.copy_(w)
+        layer.receiver.copy_(torch.linspace(-2.0, 2.0, 256 * 256).view(256, 256))
+    out = layer(torch.tensor([0.0, 4.0]))
+    assert out.shape == (2, 256, 256)
+    expected = layer.receiver.detach() * (w - w.mean())
+    torch.testing.assert_close(out[0].detach(), expected, atol=1e-9, rtol=1e-3)
+
+
+def test_algorithm1_layout_has_no_bias_and_tanh_after_every_layer() -> None:
+    # Algorithm 1: h'_l = tanh(h'_{l-1} W'_l), l = 1..L, the last layer included.
+    mlp = TemporalMLP([3, 4, 2], scope="full", block=1, clock_units=3, layout="algorithm1")
+    _randomise(mlp, seed=5)
+    assert all(layer.bias is None for layer in mlp.layers)
+    x, t = torch.randn(5, 3), torch.tensor(0.8)
+    first, second = (layer.weights(t) for layer in mlp.layers)
+    torch.testing.assert_close(mlp(x, t), torch.tanh(torch.tanh(x @ first.T) @ second.T))
+    plain = TemporalMLP([3, 4, 2], scope="full", block=1, clock_units=3)  # the base field's layout
+    _randomise(plain, seed=5)
+    first, second = (layer.weights(t) for layer in plain.layers)
+    b1, b2 = (layer.bias for layer in plain.layers)
+    torch.testing.assert_close(plain(x, t), torch.tanh(x @ first.T + b1) @ second.T + b2)
+    with pytest.raises(ValueError, match="tw_layout"):
+        TemporalMLP([3, 2], scope="full", block=1, clock_units=3, layout="paper")
 
 
 def test_gru_ode_field_is_the_reference_equation() -> None:
@@ -144,6 +228,11 @@ def test_tw_families_reject_bad_settings(name: str) -> None:
         cls(input_channels=2, output_size=1, tw_clock="wall")
     with pytest.raises(ValueError, match="tw_scope"):
         cls(input_channels=2, output_size=1, tw_scope="everything")
+    with pytest.raises(ValueError, match="tw_coupling"):
+        cls(input_channels=2, output_size=1, tw_coupling="lowrank")
+    if name in ("ode_rnn_tw", "latent_ode_tw"):  # the tanh-MLP fields offer Algorithm 1's layout
+        with pytest.raises(ValueError, match="tw_layout"):
+            cls(input_channels=2, output_size=1, tw_layout="paper")
 
 
 @pytest.mark.parametrize("name", ["gru_ode", "latent_ode"])
@@ -185,3 +274,66 @@ def test_latent_ode_encoder_is_the_backward_ode_rnn_by_hand() -> None:
         got_mean, got_std = model.encode(**inputs)
     torch.testing.assert_close(got_mean, mean)
     torch.testing.assert_close(got_std, std.abs())
+
+
+def _latent(name: str, per_step: bool, **kwargs: object) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return get_model_class(name)(input_channels=2, output_size=3, per_step=per_step, **{**SMALL[name], **kwargs})
+
+
+@pytest.mark.parametrize("clock", ["time", "index"])
+def test_per_sequence_latent_ode_tw_decodes_with_temporal_weights(clock: str) -> None:
+    # Algorithm 1 is the decoder: per sequence it runs z0 through the observation times with
+    # temporal weights, and the classifier reads z at each row's last observation, the value
+    # the per-step model reads at that step.
+    model = _latent("latent_ode_tw", per_step=False, tw_clock=clock)
+    assert isinstance(model.rec_field, TemporalMLP) and isinstance(model.gen_field, TemporalMLP)
+    x, t, mask = make_split([4, 2, 3], length=4)
+    inputs = model.prepare_inputs(x, t, mask)
+    model(**inputs).square().sum().backward()
+    decoder = [p for n, p in model.gen_field.named_parameters()
+               if n.endswith(("weights.weight", "receiver", "clock.2.weight"))]  # W, K and f, phi of each layer
+    assert len(decoder) == 3 * len(model.gen_field.layers)
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in decoder)
+
+    per_step = _latent("latent_ode_tw", per_step=True, tw_clock=clock)
+    per_step.load_state_dict(model.state_dict())
+    model.eval(), per_step.eval()
+    with torch.no_grad():
+        last = mask.sum(dim=1) - 1
+        torch.testing.assert_close(model(**inputs), per_step(**inputs)[torch.arange(3), last])
+        z0, _ = model.encode(**inputs)
+        assert not torch.allclose(model(**inputs), model.classifier(z0))  # not the z0 readout
+
+
+def test_latent_ode_z0_readout_builds_no_decoder_and_reads_z0() -> None:
+    for name in ("latent_ode", "latent_ode_tw"):
+        model = _latent(name, per_step=False, sequence_readout="z0").eval()
+        assert model.gen_field is None
+        inputs = model.prepare_inputs(*make_split([3, 2], length=3))
+        with torch.no_grad():
+            mean, _ = model.encode(**inputs)
+            torch.testing.assert_close(model(**inputs), model.classifier(mean))
+    with pytest.raises(ValueError, match="sequence_readout"):
+        _latent("latent_ode", per_step=False, sequence_readout="last")
+
+
+def test_latent_ode_linear_classifier() -> None:
+    # classifier_units = 0: the reference's --linear-classif (its Human Activity run)
+    model = _latent("latent_ode", per_step=True, classifier_units=0)
+    assert len(model.classifier) == 1 and isinstance(model.classifier[0], torch.nn.Linear)
+    assert model.classifier[0].in_features == SMALL["latent_ode"]["latent_size"]
+
+
+def test_latent_ode_tw_adds_one_coupling_coefficient_per_ode_weight() -> None:
+    # The paper's TW Latent ODE sizes (Sec. 3.1): hidden 20, ODEs 25 x 3 layers, latent 20; its
+    # ODE networks 20 -> 25 -> 25 -> 25 -> 25 -> 20 hold 2,875 weights each. With K_ij = k_i,
+    # temporal weights add one coefficient per weight and the f, phi network (66 per layer).
+    sizes = dict(latent_size=20, rec_size=20, rec_layers=3, gen_layers=3, units=25, sequence_readout="decoded")
+    plain = get_model_class("latent_ode")(input_channels=42, output_size=1, **sizes)
+    temporal = get_model_class("latent_ode_tw")(input_channels=42, output_size=1, tw_units=16, **sizes)
+    linears = [m for field in (plain.rec_field, plain.gen_field) for m in field if isinstance(m, torch.nn.Linear)]
+    weights = sum(m.weight.numel() for m in linears)
+    assert weights == 2 * 2875
+    clocks = len(linears) * (1 * 16 + 16 + 16 * 2 + 2)
+    assert temporal.num_parameters() == plain.num_parameters() + weights + clocks

@@ -17,9 +17,9 @@ What this module does, with the reference's constants
       Unit2, HospAdmTime, ICULOS, SepsisLabel); any other header is a DataError naming the file.
     * Rows are kept up to the first one with ICULOS > 72 (`max_hours`): "keep at most the first
       three days". Missing values stay NaN.
-    * Label: 1 if SepsisLabel is 1 in any kept row (the reference takes the maximum over the
-      rows it reads, i.e. over the truncated stay, not the whole stay). A SepsisLabel other than
-      0/1 anywhere in a file is a DataError.
+    * Label (`task: stay`, the default): 1 if SepsisLabel is 1 in any kept row (the reference
+      takes the maximum over the rows it reads, i.e. over the truncated stay, not the whole
+      stay). A SepsisLabel other than 0/1 anywhere in a file is a DataError.
     * Times: ICULOS in hours (the reference's grid is torch.linspace(1, L, L) with row i at
       ICULOS i + 1, so its times are the ICULOS values).
     * A stay is kept when the reference's hourly grid for it (ICULOS 1 .. last kept ICULOS,
@@ -32,6 +32,42 @@ What this module does, with the reference's constants
       time) and two static flags Unit1_observed, Unit2_observed.
     * Split: stratified 70/15/15 (contract.stratified_split; the reference's split_data is the
       same two stratified sklearn calls, seeds 0 and 1). Standardised with train statistics.
+
+The per-hour task (`task: hourly`; Kohan et al. 2022, "Temporal Weights", Sec. 3.4 and Table 5)
+    The stays, rows, channels and split are exactly the per-stay task's; only y changes: one
+    label per kept hour, y (N, L) int64, with mask (N, L) marking the hours that are scored
+    (every kept row of the file; padding is False and its y is 0). Meta: binary, per_step,
+    AUROC over all scored hours pooled (contract: metrics.score on y[mask]).
+    * Label decision: y at an hour is that row's SepsisLabel, unchanged. TW's wording, "at every
+      hour, predict whether the patient will have sepsis within the next 6 to 12 hours", is the
+      challenge's framing, not a different label:
+        - the challenge (Reyna et al. 2019; physionet.org/content/challenge-2019/1.0.0, column
+          SepsisLabel): "For sepsis patients, SepsisLabel is 1 if t >= t_sepsis - 6 and 0 if
+          t < t_sepsis - 6. For non-sepsis patients, SepsisLabel is 0." So the label already
+          looks 6 hours ahead, and stays 1 after onset;
+        - the challenge's scoring (physionetchallenges/evaluation-2019 evaluate_sepsis_score.py:
+          dt_early = -12, dt_optimal = -6, dt_late = 3, t_sepsis = first SepsisLabel-1 hour + 6)
+          rewards positive predictions from 12 h before onset, fully from 6 h before: TW's
+          "6 to 12 hours";
+        - TW Sec. 3.4: "Each hour is labeled whether or not an onset of sepsis occurred", i.e.
+          the given hourly label; and TW's Table 7 sets its results beside baselines "FROM HORN
+          ET AL. [2020]", whose PhysioNet 2019 task is online, one prediction per hour
+          (BorgwardtLab/Set_Functions_for_Time_Series seft/tasks.py: physionet2019 ->
+          OnlineBinaryClassification), on the SepsisLabel column as read from the files
+          (ExpectationMax/medical_ts_datasets physionet_2019.py, target 'Sepsis').
+      Worked example: clinical onset t_sepsis = 20 h -> the file's SepsisLabel, hence y, is 0 at
+      ICULOS 1..13 and 1 from ICULOS 14 on (tests/test_data_sepsis_hourly.py).
+      Post-onset hours are scored too, as in the challenge's AUROC and Horn et al.'s.
+    * Prevalence: TW's "around 7.3%" is per patient (2,932 septic of 40,336 stays = 7.27%; the
+      challenge paper's counts), not per hour: positive hours are about 1.8% of all hours of the
+      two training sets (public counts, not verified here), and the share in the kept first
+      `max_hours` hours differs again. Class weighting (train `class_weight` / `pos_weight`)
+      therefore matters more here than on the per-stay task.
+    * Truncation: the same `max_hours` (72) as the per-stay task by default. TW does not say how
+      much of a stay it uses; Horn et al. use whole stays (up to 336 h). A larger max_hours is
+      allowed but pads every stay to the longest kept one (N x max_hours x 39 float32).
+    * Split: stratified on the per-stay label (SepsisLabel ever 1 in the kept rows), so with the
+      same seed the three splits hold exactly the per-stay task's stays. TW gives no split.
 
 Deviations from the reference, and why
     * No gap filling. The reference puts every stay on one hourly grid and fills missing hours
@@ -50,6 +86,7 @@ from __future__ import annotations
 import zipfile
 import zlib
 from pathlib import Path
+from typing import Iterator, NamedTuple
 
 import numpy as np
 from tqdm import tqdm
@@ -74,6 +111,16 @@ _N_TV, _ICULOS, _LABEL = len(TIME_VARYING), len(COLUMNS) - 2, len(COLUMNS) - 1
 MIN_GRID = 3  # the reference keeps a stay only if its hourly grid has more than 2 rows
 
 
+class Stay(NamedTuple):
+    """One kept stay as parsed: values (n, 34) float32 NaN where missing, times (n,) float32 =
+    ICULOS, static (5,) raw Age..HospAdmTime, hourly (n,) int64 SepsisLabel of each kept row."""
+
+    values: np.ndarray
+    times: np.ndarray
+    static: np.ndarray
+    hourly: np.ndarray
+
+
 def raw_files(p: SepsisParams) -> list[RawFile]:
     """The two training-set zips (PhysioNet publishes no checksum for them)."""
     return [RawFile(URL_BASE + name, name) for name in ZIPS]
@@ -93,8 +140,8 @@ def _bad_cell(name: str, body: list[str]) -> DataError:
     return DataError(f"{name}: cannot parse its rows")
 
 
-def parse_psv(name: str, data: bytes, max_hours: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
-    """One stay -> (values (n, 34), times (n,) = ICULOS, statics (5,) raw, label), or None if dropped.
+def parse_psv(name: str, data: bytes, max_hours: int) -> Stay | None:
+    """One stay -> Stay(values (n, 34), times (n,) = ICULOS, static (5,) raw, hourly (n,)), or None if dropped.
 
     Rows after the first one with ICULOS > max_hours are ignored; `name` labels errors.
     """
@@ -142,7 +189,7 @@ def parse_psv(name: str, data: bytes, max_hours: int) -> tuple[np.ndarray, np.nd
     if grid < MIN_GRID:
         return None
     values = rows[:n_keep, :_N_TV].astype(np.float32)
-    return values, kept.astype(np.float32), rows[0, _N_TV:_ICULOS].copy(), int(labels[:n_keep].max())
+    return Stay(values, kept.astype(np.float32), rows[0, _N_TV:_ICULOS].copy(), labels[:n_keep].astype(np.int64))
 
 
 def static_features(raw: np.ndarray, intensity: bool) -> np.ndarray:
@@ -171,9 +218,10 @@ def channel_names(intensity: bool) -> tuple[list[str], list[str]]:
     return TIME_VARYING + counts + statics, statics
 
 
-def read_stays(zip_path: Path, p: SepsisParams, seen: set[str]):
-    """Yield (member name, channels (n, C), times (n,), label) for each kept stay of one zip,
-    reading one member at a time."""
+def read_stays(zip_path: Path, p: SepsisParams,
+               seen: set[str]) -> Iterator[tuple[str, np.ndarray, np.ndarray, np.ndarray]]:
+    """Yield (member name, channels (n, C), times (n,), hourly SepsisLabel (n,) int64) for each
+    kept stay of one zip, reading one member at a time."""
     try:
         archive = zipfile.ZipFile(zip_path)
     except (zipfile.BadZipFile, OSError) as exc:
@@ -194,46 +242,69 @@ def read_stays(zip_path: Path, p: SepsisParams, seen: set[str]):
                 raise DataError(f"{zip_path}: member {member.filename} is corrupt ({exc})") from exc
             stay = parse_psv(f"{zip_path.name}:{member.filename}", data, p.max_hours)
             if stay is not None:
-                values, times, static, label = stay
-                yield member.filename, stay_channels(values, static_features(static, p.intensity), p.intensity), times, label
+                channels = stay_channels(stay.values, static_features(stay.static, p.intensity), p.intensity)
+                yield member.filename, channels, stay.times, stay.hourly
+
+
+def pad_hourly(hourly: list[np.ndarray], length: int) -> np.ndarray:
+    """N label arrays (L_i,) -> (N, length) int64, 0 at padding (masked out, never scored)."""
+    y = np.zeros((len(hourly), length), dtype=np.int64)
+    for i, h in enumerate(hourly):
+        y[i, : len(h)] = h
+    return y
 
 
 def build(name: str, p: SepsisParams, raw_dir: Path) -> Dataset:
-    """Both training sets -> stratified 70/15/15 splits of the first `max_hours` hours."""
+    """Both training sets -> stratified 70/15/15 splits of the first `max_hours` hours.
+
+    y is (N,) per stay (`task: stay`) or (N, L) per hour (`task: hourly`); see the module docstring.
+    """
     xs: list[np.ndarray] = []
     ts: list[np.ndarray] = []
-    ys: list[int] = []
+    hourly: list[np.ndarray] = []
     seen: set[str] = set()
     for zip_name in ZIPS:
-        for _, x, t, label in read_stays(Path(raw_dir) / zip_name, p, seen):
+        for _, x, t, h in read_stays(Path(raw_dir) / zip_name, p, seen):
             xs.append(x)
             ts.append(t)
-            ys.append(label)
+            hourly.append(h)
     if not xs:
         raise DataError(f"{raw_dir}: no stay has more than {MIN_GRID - 1} hours within the first {p.max_hours}")
-    y = np.asarray(ys, np.int64)
+    # The per-stay label stratifies the split for both tasks, so both hold the same stays.
+    y = np.asarray([int(h.max()) for h in hourly], np.int64)
     try:
         parts = stratified_split(y, p.seed)
     except ValueError as exc:
         raise DataError(f"{raw_dir}: stays per class {np.bincount(y, minlength=2).tolist()} (no sepsis, sepsis) "
                         f"cannot be split 70/15/15 with stratification: {exc}") from exc
     length = max(len(v) for v in xs)
+    per_hour = p.task == "hourly"
     splits = {}
     for split_name, idx in parts.items():
         x, t, mask = pad_sequences([xs[i] for i in idx], [ts[i] for i in idx], length)
-        splits[split_name] = Split(x, t, mask, y[idx])
-    del xs, ts
+        labels = pad_hourly([hourly[i] for i in idx], length) if per_hour else y[idx]
+        splits[split_name] = Split(x, t, mask, labels)
+    del xs, ts, hourly
     splits, mean, std = standardise(splits)
     channels, statics = channel_names(p.intensity)
-    intensity = "with observational intensity" if p.intensity else "without observational intensity"
     meta = Meta(
-        name=name, task="binary", per_step=False, output_size=1, metric="auroc", channels=channels,
-        source=(f"PhysioNet/CinC 2019 sepsis, training sets A+B ({URL_BASE}), first {p.max_hours} h, "
-                f"{intensity} (Kidger et al. 2020), stratified 70/15/15 seed {p.seed}"),
-        sizes={k: len(v) for k, v in splits.items()}, norm_mean=mean.tolist(), norm_std=std.tolist(),
-        classes=["no_sepsis", "sepsis"], static_channels=statics,
+        name=name, task="binary", per_step=per_hour, output_size=1, metric="auroc", channels=channels,
+        source=_source(p), sizes={k: len(v) for k, v in splits.items()}, norm_mean=mean.tolist(),
+        norm_std=std.tolist(), classes=["no_sepsis", "sepsis"], static_channels=statics,
     )
     return Dataset(meta, splits)
 
 
-__all__ = ["raw_files", "build", "parse_psv", "COLUMNS", "TIME_VARYING", "STATIC"]
+def _source(p: SepsisParams) -> str:
+    """meta.source: the data, the task and the split, with the papers they follow."""
+    intensity = "with observational intensity" if p.intensity else "without observational intensity"
+    head = f"PhysioNet/CinC 2019 sepsis, training sets A+B ({URL_BASE}), first {p.max_hours} h, "
+    split = f"stratified 70/15/15 seed {p.seed}"
+    if p.task == "hourly":
+        return (head + f"{intensity}; one label per hour: the challenge's SepsisLabel (1 from 6 h before onset), "
+                f"every kept hour scored (Kohan et al. 2022 Table 5; Horn et al. 2020 online task); "
+                f"stays and {split} as the per-stay task (Kidger et al. 2020)")
+    return head + f"{intensity} (Kidger et al. 2020), {split}"
+
+
+__all__ = ["raw_files", "build", "parse_psv", "Stay", "COLUMNS", "TIME_VARYING", "STATIC"]

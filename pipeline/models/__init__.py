@@ -11,6 +11,7 @@ from .cdr_nde import CDRNDE, CDRNDEHeat
 from .ncde import NeuralCDE
 from .nrde import NeuralRDE
 from .rde import RoughDeltaFWP, RoughHebbFWP, RoughOjaFWP
+from .rde_node_fwp import RoughDeltaNODEFWP, RoughHebbNODEFWP, RoughOjaNODEFWP
 from .ode_rnn import ODERNN
 from .gru_ode import GRUODE
 from .latent_ode import LatentODE, LatentODETW
@@ -33,6 +34,9 @@ MODELS: dict[str, type[SequenceModel]] = {
     "rde_fwp_delta": RoughDeltaFWP,
     "rde_fwp_hebb": RoughHebbFWP,
     "rde_fwp_oja": RoughOjaFWP,
+    "rde_node_fwp_delta": RoughDeltaNODEFWP,
+    "rde_node_fwp_hebb": RoughHebbNODEFWP,
+    "rde_node_fwp_oja": RoughOjaNODEFWP,
     "cde_fwp_delta": DeltaCDEFWP,
     "cde_fwp_hebb": HebbCDEFWP,
     "cde_fwp_oja": OjaCDEFWP,

@@ -2,7 +2,9 @@
 
 A slow net ("writer", self.rule) reads the path X(s) (and X'(s) for the CDE variants) and
 programs, per head, a fast weight matrix W (d x d, d = hidden_size / num_heads) through one of
-the learning rules of fwp_rules.py: dW/ds = F(X(s), X'(s), W(s)), W(0) = F(X(0), X'(0), 0).
+the learning rules of fwp_rules.py: dW/ds = F(X(s), X'(s), W(s)) (Eq. 18 / 23). W(0) is the rule's
+write at s = 0, F(X(0), X'(0), 0), unless `static_channels` asks for the paper's Sepsis initial
+state (Sec. 4; see StaticInitialState): W(0) from the static features, which then leave the path.
 At the end, a query q = softmax(W_q LN(W_in A(T))), from the keys' input A (X, or X' for the
 Delta CDE) through the same projection and layer norm as the keys, retrieves y = W q per head
 (W^T q for the CDE Hebb/Oja variants), and, as in FastWeightODE / FastWeightCDE of
@@ -22,7 +24,8 @@ need no switch (a row's states after its T are never read): one solver call per 
 
 The path is only touched through CDEModel's hooks: `_path` (an object with .evaluate(s) and
 .derivative(s), and the grid 0 .. T_max), `_to_steps` and `path_channels`; `last` indexes the grid.
-So a mixin that feeds log-signature windows (logsig.py) works unchanged.
+So a mixin that feeds log-signature windows (logsig.py) works unchanged; a subclass that builds
+W(0) otherwise overrides `_initial_state` (rde_node_fwp.py).
 """
 
 from __future__ import annotations
@@ -39,7 +42,11 @@ from ._cde import (
     FIXED_STEP_METHODS, INTERPOLATIONS, CDEModel, check_choice, solve_per_interval, solver_kwargs, stop_at_knots,
 )
 from .base import gather_steps
-from .fwp_rules import delta_update, matvec
+from .fwp_rules import delta_update, hebb_update, matvec
+
+# Width of the static encoder's hidden layer: fixed at 256 in the reference (InitialValueNetwork,
+# "256 was fixed in the original code/paper"), so it is not a searched argument here either.
+STATIC_HIDDEN = 256
 
 
 class FeedForward(nn.Module):
@@ -54,6 +61,51 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.net(x)
+
+
+class StaticInitialState(nn.Module):
+    """W(0) from static features (paper Sec. 4, Sepsis: "five static features ... fed to the model
+    to generate the initial state of the ODE"): static (B, S) -> W(0) (B, H, d, d).
+
+        h          = ReLU(W_1 z + b_1)                         (B, 256)
+        [k, v, b]  = W_2 h + b_2                               per head: (d, d, 1)
+        W(0)       = sigmoid(b) tanh(v) softmax(k)^T           a Hebb write (fwp_rules.hebb_update)
+
+    The paper gives no equation; this is InitialValueNetwork of IDSIA/neuraldiffeq-fwp
+    (speech_and_physionet/experiments/sepsis.py, its fast weight branch), used as there for every
+    rule and for both NODE and CDE writers; its outer product is value x key, the orientation of
+    W in every rule of fwp_rules.py.
+    """
+
+    def __init__(self, static_channels: int, num_heads: int, head_dim: int) -> None:
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, head_dim
+        self.hidden = nn.Sequential(nn.Linear(static_channels, STATIC_HIDDEN), nn.ReLU())
+        self.kvb_net = nn.Linear(STATIC_HIDDEN, num_heads * (2 * head_dim + 1))
+
+    def forward(self, static: torch.Tensor) -> torch.Tensor:
+        heads, d = self.num_heads, self.head_dim
+        kvb = self.kvb_net(self.hidden(static)).view(static.shape[0], heads, 2 * d + 1)  # (B, H, 2d + 1)
+        key_logits, values, rate = kvb.split((d, d, 1), dim=-1)
+        return hebb_update(key_logits, values.tanh(), rate.sigmoid())
+
+
+class _LeadingChannels:
+    """The path restricted to its first `channels` channels: evaluate / derivative (..., K) -> (..., channels).
+
+    Drops the static features (the last channels of x, pipeline/data/contract.py) from what the
+    writer reads, as in the reference, whose control path holds only time and the time-varying
+    channels while the statics go to the initial state alone.
+    """
+
+    def __init__(self, path: Any, channels: int) -> None:
+        self.path, self.channels = path, channels
+
+    def evaluate(self, s: torch.Tensor) -> torch.Tensor:
+        return self.path.evaluate(s)[..., : self.channels]
+
+    def derivative(self, s: torch.Tensor) -> torch.Tensor:
+        return self.path.derivative(s)[..., : self.channels]
 
 
 class _GatedField(nn.Module):
@@ -101,8 +153,14 @@ class FastWeightProgrammer(CDEModel):
     Subclasses build `self.rule`, a writer module with `num_heads`, `head_dim`,
     `reads_derivative`, `value_tanh`, `update` (a rule of fwp_rules.py),
     `key_features(x, dx) -> (..., hidden)` and `__call__(x, dx, weights) -> dW (B, H, d, d)`,
-    and set `transpose_readout`.
+    sized by `control_channels`, and set `transpose_readout`.
     `ff_dim` defaults to 4 * hidden_size, as in the reference.
+
+    static_channels: 0 (default): W(0) is the rule's write at s = 0. S > 0: the last S channels of
+    x are static features (meta.static_channels of the dataset, e.g. 5 on sepsis, 7 on
+    sepsis_intensity); W(0) = StaticInitialState(their values at the first step) and the writer
+    reads the path without them (control_channels = path_channels - S), as in the paper's
+    Sepsis runs.
     """
 
     transpose_readout: ClassVar[bool] = False
@@ -124,8 +182,14 @@ class FastWeightProgrammer(CDEModel):
         atol: float = 1e-4,
         max_steps: int = 100,
         adjoint: bool = False,
+        static_channels: int = 0,
     ) -> None:
         super().__init__(input_channels=input_channels, output_size=output_size, per_step=per_step)
+        if isinstance(static_channels, bool) or not 0 <= static_channels <= input_channels:
+            raise ValueError(
+                f"static_channels must be in [0, input_channels={input_channels}] (the last channels of x), "
+                f"got {static_channels!r}"
+            )
         if num_heads < 1 or hidden_size < 1 or hidden_size % num_heads != 0:
             raise ValueError(f"hidden_size={hidden_size} must be divisible by num_heads={num_heads} (both >= 1)")
         if ff_dim is not None and ff_dim < 1:
@@ -141,6 +205,10 @@ class FastWeightProgrammer(CDEModel):
         self.steps_per_unit = math.ceil(1.0 / step_fraction - 1e-9)
         self.adjoint = adjoint
         self.hidden_size, self.num_heads = hidden_size, num_heads
+        self.static_channels = static_channels
+        self.static_init = (
+            StaticInitialState(static_channels, num_heads, hidden_size // num_heads) if static_channels else None
+        )
         self.query_net = nn.Linear(hidden_size, hidden_size)
         self.out_proj = nn.Linear(hidden_size, hidden_size)
         self.dropout = nn.Dropout(dropout)
@@ -152,11 +220,26 @@ class FastWeightProgrammer(CDEModel):
         self.rule.value_tanh = False
         self.rule.update = functools.partial(delta_update, post_tanh=True)
 
+    @property
+    def control_channels(self) -> int:
+        """Channels the writer and the query read: the path's, less the static ones."""
+        return self.path_channels - self.static_channels
+
+    def _initial_state(self, start: torch.Tensor, x0: torch.Tensor, dx0: torch.Tensor | None) -> torch.Tensor:
+        """W(0) (B, H, d, d) from start = X(0) of the full path (B, path_channels) and the writer's
+        inputs at s = 0, x0 (B, control_channels) and dx0 (or None when the writer reads no X')."""
+        if self.static_init is not None:
+            return self.static_init(start[..., -self.static_channels :])
+        return self.rule(x0, dx0, None)
+
     def forward(self, coeffs: torch.Tensor, last: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         path, grid = self._path(coeffs, last, mask)
+        start = path.evaluate(grid[0])  # (B, path_channels): X(0), the static features included
+        if self.static_channels:
+            path = _LeadingChannels(path, self.control_channels)
         x = path.evaluate(grid)  # (B, n, K) at the grid points
         dx = path.derivative(grid) if self.rule.reads_derivative else None  # at a knot: the segment ending there
-        w0 = self.rule(x[:, 0], None if dx is None else dx[:, 0], None).flatten(1)  # (B, H*d*d)
+        w0 = self._initial_state(start, x[:, 0], None if dx is None else dx[:, 0]).flatten(1)  # (B, H*d*d)
         if self.per_step:  # states at every knot; what W does after a row's T is never read
             weights = self._to_steps(self._solve_all(_GatedField(self.rule, path, None), w0, grid), mask)
             x, dx = self._to_steps(x, mask), None if dx is None else self._to_steps(dx, mask)  # (B, L, ...)

@@ -13,11 +13,22 @@ net reads both the path X(s) and its derivative X'(s), one for the keys, the oth
 (IDSIA/neuraldiffeq-fwp, speech_and_physionet/experiments/models/{metamodel,learning_rules}.py;
 model names hebb_cde, oja_cde, delta_cde.) Then the output block of _fwp.py.
 
-Differences from the reference: its Hebb CDE scales the values by the raw learning-rate logit
-(the sigmoid is computed after it is used); here every rule uses sigmoid(beta), as the paper's
-equations do. As in the reference, only the Hebb CDE leaves its values without tanh. The query is
-read at each row's own T; the reference reads all rows at the batch's last time. W(0) is the
-rule's write at s = 0 (the reference's Sepsis runs compute it from static features instead).
+Where this follows the authors' code rather than the printed equations:
+    * Oja (Eq. 24): v softmax(k - W^T v)^T, the forgetting term inside the key softmax
+      (CDEOjaUpdateVectorField); Eq. 24 prints (W_k x - W^T W_v x') (x) W_v x'.
+    * Hebb and Oja orientation (Eqs. 24-25): W stores v k^T (value from X', key from X) and the
+      readout is W^T q = k (v . q), so the query (from X) is matched against the X'-derived values
+      (FastWeightCDE: bmm(vs, ks), then z_t.transpose(1, 2)). Printed, Eq. 24 stores
+      (W_k x) (x) (W_v x') and Eq. 25 reads W^T W_q x = W_v x' ((W_k x) . q), matching the query
+      against the X-derived keys.
+Where this follows the printed equation rather than the authors' code:
+    * Hebb (Eq. 24): sigma(beta) scales the write. CDEHebbUpdateVectorField multiplies the
+      values by the raw learning-rate logit (its sigmoid is computed after use), so the Table 1
+      Hebb-CDE numbers come from that variant.
+Other differences: as in the reference, only the Hebb CDE leaves its values without tanh. The
+query is read at each row's own T; the reference reads all rows at the batch's last time. W(0)
+is the rule's write at s = 0 unless static_channels is set: then it comes from the static
+features as in the reference's Sepsis runs (_fwp.py, StaticInitialState).
 """
 
 from __future__ import annotations
@@ -81,7 +92,7 @@ class _CDEFWP(FastWeightProgrammer):
     def __init__(self, *, value_layer_norm: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.rule = CDEWriter(
-            self.learning_rule, self.path_channels, self.hidden_size, self.num_heads,
+            self.learning_rule, self.control_channels, self.hidden_size, self.num_heads,
             keys_from_derivative=self.keys_from_derivative, value_tanh=self.value_tanh,
             value_layer_norm=value_layer_norm,
         )

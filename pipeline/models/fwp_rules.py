@@ -8,11 +8,16 @@ whose columns live in key space, so a rule writes an outer product v k^T and W k
     oja     dW/ds = v (sigma(beta) softmax(k - W^T v))^T
     delta   dW/ds = sigma(beta) (v - W softmax(k)) softmax(k)^T
 
-Orientation and normalisation follow HebbUpdateVectorField, OjaUpdateVectorField and
-DeltaUpdateVectorField (and their CDE variants) in IDSIA/neuraldiffeq-fwp,
-speech_and_physionet/experiments/models/learning_rules.py: the outer products are value x key;
-Oja's forgetting term W^T v is subtracted from the key logits *before* the softmax (the paper
-writes k - W^T v with k already normalised); Delta subtracts the retrieval W k from the value.
+Orientation and normalisation follow the authors' code, HebbUpdateVectorField,
+OjaUpdateVectorField and DeltaUpdateVectorField (and their CDE variants) in IDSIA/neuraldiffeq-fwp,
+speech_and_physionet/experiments/models/learning_rules.py, rather than the printed equations:
+    * the outer products are value x key. Eq. 21 prints Hebb as k (x) v, which does not fit
+      W in R^{d_out x d_key} read by y = W q (Eq. 20); Eq. 24's Hebb/Oja orientation is
+      discussed in cde_fwp.py.
+    * Oja's forgetting term W^T v is subtracted from the key logits *before* the softmax,
+      v softmax(k - W^T v)^T; Eqs. 21 and 24 write v (x) (phi(k) - W^T v), with the key already
+      normalised (phi, footnote 3) and the forgetting term outside it.
+    * Delta subtracts the retrieval W k from the value, as Eqs. 21 and 24 print it.
 
 Shapes: B rows, H heads, d = head size. key_logits and values (B, H, d), rate (B, H, 1) already
 through the sigmoid, weights (B, H, d, d) or None for W = 0 (the initial write, W(0)). The values

@@ -1,20 +1,33 @@
 """Latent ODE classifier (Rubanova, Chen & Duvenaud 2019, NeurIPS; YuliaRubanova/latent_ode),
-optionally with temporal weights (Kohan, Rietman & Siegelmann 2022) in both ODE fields.
+optionally with temporal weights (Kohan, Rietman & Siegelmann 2022, Eqs. 1-2, Algorithm 1) in
+both ODE networks, the encoder's and the decoder's.
 
     encoder   an ODE-RNN run backwards in time, from each row's last observation to its first:
               between observations h follows dh/dt = f_rec(h) (back in time), at each
               observation h = GRUCell(x_k, h)
     z0        mean, std = split(MLP(h)), std = |.|;  z0 = mean + std * eps while training
               (the reparameterised sample the reference classifies), z0 = mean in eval
-    decoder   dz/dt = f_gen(z) from z(t_0) = z0 through every observation time (per-step only)
-    classify  MLP(z0) -> (B, O) per sequence; the same MLP on z(t_k) -> (B, L, O) per step
+    decoder   dz/dt = f_gen(z) from z(t_0) = z0 through every observation time: Algorithm 1
+              of the TW paper ("Input: latent z, output times")
+    classify  per step: MLP(z(t_k)) -> (B, L, O), as the reference's per-time-point classifier
+              (Human Activity); per sequence (`sequence_readout`): "z0": MLP(z0) -> (B, O), the
+              reference's PhysioNet classifier, no decoder built; "decoded": MLP(z(t_last)),
+              the decoder's latent at the row's last observation -> (B, O)
 
-The reference trains classification together with the ELBO (reconstruction + KL). The trainer
-here optimises only the task loss returned through forward(), so there is no reconstruction or
-KL term, and per sequence the decoder would get no gradient at all: it is built only with
-per_step. Simplified from the reference: a torch GRUCell on the values instead of its GRU unit
-carrying a mean and a std and reading the mask channels; one solver setting for both ODEs (the
-reference: Euler with ~50 steps over the sequence in the encoder, dopri5 in the decoder).
+Why "decoded" exists. The reference trains the PhysioNet classifier together with the ELBO
+(Gaussian reconstruction of the observations from the decoded trajectory + KL, cross-entropy
+weighted 100), so there the decoder shapes z0 through the reconstruction term; its Human
+Activity run trains the cross-entropy alone, on the decoded trajectory (the per-step mode here).
+The trainer here optimises only the task loss returned through forward(): with "z0" the
+decoder would get no gradient at all and is not built, so temporal weights would act in the
+encoder only. "decoded" keeps the decoder (with its temporal weights) in the model as the TW
+paper's Latent ODE has it, by reading it where the per-step mode does, at the last step.
+
+Simplified from the reference: a torch GRUCell on the values instead of its GRU unit carrying
+a mean and a std (its `gru-units` MLP) and reading the mask channels; no output decoder
+Linear(latent, C) (it serves only the reconstruction term); one solver setting for both ODEs
+(the reference: Euler with ~50 steps over the sequence in the encoder, dopri5 in the decoder).
+`classifier_units = 0` is the reference's `--linear-classif` (its Human Activity run).
 """
 
 from __future__ import annotations
@@ -27,11 +40,14 @@ from torch import nn
 
 from ._cde import FIXED_STEP_METHODS, METHODS, check_choice
 from .base import SequenceModel, check_raw_inputs
-from .temporal_weights import TemporalMLP, check_clock, coupling_groups
+from .temporal_weights import TemporalMLP, check_layout, tw_options
+
+SEQUENCE_READOUTS = ("z0", "decoded")
 
 
 def ode_mlp(size: int, units: int, layers: int) -> nn.Sequential:
-    """The reference's create_net: size -> units, `layers` x (units -> units), -> size; tanh."""
+    """The reference's create_net: size -> units, `layers` x (units -> units), -> size; tanh
+    between layers. (B, size) -> (B, size)."""
     modules: list[nn.Module] = [nn.Linear(size, units)]
     for _ in range(layers):
         modules += [nn.Tanh(), nn.Linear(units, units)]
@@ -39,9 +55,9 @@ def ode_mlp(size: int, units: int, layers: int) -> nn.Sequential:
 
 
 class _IntervalField(nn.Module):
-    """dy/ds = span * g(y, clock(s)) on s in [0, 1]: each row's interval of signed length `span`
-    (B,) mapped onto [0, 1] (a negative span runs the ODE backwards in time); the field reads
-    clock(s) = clock_start + s * clock_rate, per row (B,) or shared (0-dim)."""
+    """dy/ds = span * g(y, clock(s)) on s in [0, 1], y (B, D): each row's interval of signed
+    length `span` (B,) mapped onto [0, 1] (a negative span runs the ODE backwards in time); the
+    field reads clock(s) = clock_start + s * clock_rate, per row (B,) or shared (0-dim)."""
 
     def __init__(self, net: Callable, span: torch.Tensor, clock_start: torch.Tensor, clock_rate: torch.Tensor) -> None:
         super().__init__()
@@ -52,10 +68,23 @@ class _IntervalField(nn.Module):
         return self.span * self.net(y, self.clock_start + s * self.clock_rate)
 
 
+def _classifier(latent_size: int, units: int, output_size: int) -> nn.Sequential:
+    """The reference's classifier, (..., latent) -> (..., O): create_classifier's two ReLU
+    layers of `units` (300 there), or one Linear for units = 0 (its --linear-classif)."""
+    if units == 0:
+        return nn.Sequential(nn.Linear(latent_size, output_size))
+    return nn.Sequential(
+        nn.Linear(latent_size, units), nn.ReLU(),
+        nn.Linear(units, units), nn.ReLU(),
+        nn.Linear(units, output_size),
+    )
+
+
 class LatentODE(SequenceModel):
     """forward(x (B, L, C), dt (B, L), mask (B, L)) -> (B, O), or (B, L, O) with per_step.
 
     Defaults: the reference's PhysioNet classification run (README of YuliaRubanova/latent_ode).
+    `sequence_readout` applies per sequence only; per step the decoder always runs.
     """
 
     clock = "time"  # which time the fields read; the plain fields read none
@@ -73,6 +102,7 @@ class LatentODE(SequenceModel):
         units: int = 50,
         classifier_units: int = 300,
         sample_z0: bool = True,
+        sequence_readout: str = "z0",
         method: str = "euler",
         solver_steps: int = 1,
         rtol: float = 1e-3,
@@ -81,11 +111,13 @@ class LatentODE(SequenceModel):
     ) -> None:
         super().__init__(input_channels=input_channels, output_size=output_size, per_step=per_step)
         check_choice("method", method, METHODS)
+        check_choice("sequence_readout", sequence_readout, SEQUENCE_READOUTS)
         for name, value in (("latent_size", latent_size), ("rec_size", rec_size), ("units", units),
-                            ("classifier_units", classifier_units), ("solver_steps", solver_steps)):
+                            ("solver_steps", solver_steps)):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
-        for name, value in (("rec_layers", rec_layers), ("gen_layers", gen_layers)):
+        for name, value in (("rec_layers", rec_layers), ("gen_layers", gen_layers),
+                            ("classifier_units", classifier_units)):  # 0 units: a linear classifier
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
         if method in FIXED_STEP_METHODS:
@@ -93,15 +125,12 @@ class LatentODE(SequenceModel):
         else:
             self.solver = {"method": method, "rtol": rtol, "atol": atol, "options": {"max_num_steps": max_steps}}
         self.rec_size, self.latent_size, self.sample_z0 = rec_size, latent_size, sample_z0
+        self.decodes = per_step or sequence_readout == "decoded"
         self.cell = nn.GRUCell(input_channels, rec_size)
         self.rec_field = self._field(rec_size, units, rec_layers)
         self.to_z0 = nn.Sequential(nn.Linear(rec_size, 100), nn.Tanh(), nn.Linear(100, 2 * latent_size))
-        self.gen_field = self._field(latent_size, units, gen_layers) if per_step else None
-        self.classifier = nn.Sequential(
-            nn.Linear(latent_size, classifier_units), nn.ReLU(),
-            nn.Linear(classifier_units, classifier_units), nn.ReLU(),
-            nn.Linear(classifier_units, output_size),
-        )
+        self.gen_field = self._field(latent_size, units, gen_layers) if self.decodes else None
+        self.classifier = _classifier(latent_size, classifier_units, output_size)
         self.register_buffer("_unit_interval", torch.tensor([0.0, 1.0]), persistent=False)
 
     def _field(self, size: int, units: int, layers: int) -> nn.Module:
@@ -136,37 +165,55 @@ class LatentODE(SequenceModel):
         mean, std = self.to_z0(h).chunk(2, dim=-1)
         return mean, std.abs()
 
+    def decode(self, z0: torch.Tensor, dt: torch.Tensor) -> list[torch.Tensor]:
+        """z0 (B, latent) at each row's first observation -> [z(t_0), ..., z(t_{L-1})], each
+        (B, latent). Padding has dt = 0, so past its last observation a row's z holds."""
+        times = torch.cumsum(dt, dim=1)  # (B, L)
+        states = [z0]
+        for step in range(1, dt.shape[1]):
+            states.append(self._solve(self.gen_field, states[-1], times[:, step - 1], dt[:, step], step - 1, 1.0))
+        return states
+
     def forward(self, x: torch.Tensor, dt: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         check_raw_inputs(x, dt, mask, self.input_channels)
         mean, std = self.encode(x, dt, mask)
         z0 = mean + std * torch.randn_like(std) if self.training and self.sample_z0 else mean
-        if not self.per_step:
+        if not self.decodes:
             return self.classifier(z0)  # (B, O)
-        times = torch.cumsum(dt, dim=1)
-        states = [z0]  # z(t_0)
-        for step in range(1, x.shape[1]):  # padding has dt = 0: z holds
-            states.append(self._solve(self.gen_field, states[-1], times[:, step - 1], dt[:, step], step - 1, 1.0))
+        states = self.decode(z0, dt)
+        if not self.per_step:
+            return self.classifier(states[-1])  # z at each row's last observation -> (B, O)
         return self.classifier(torch.stack(states, dim=1))  # (B, L, latent) -> (B, L, O)
 
 
 class LatentODETW(LatentODE):
-    """Latent ODE whose encoder and decoder fields have temporal weights.
+    """Latent ODE whose encoder and decoder ODE networks have temporal weights (Eqs. 1-2): both
+    are f_theta of Algorithm 1, a TemporalMLP latent -> units x (layers + 1) -> latent.
 
-    The fields see each row's time (tw_clock "time": t_k + s * span, running backwards in the
-    encoder) or the observation index of the interval's start (tw_clock "index", shared by
-    the batch, cheaper); see tw_models.py.
+    Per sequence the decoder is kept by default (`sequence_readout="decoded"`), so that the
+    temporal-weight decoder of the paper's model is there (see the module docstring). The
+    fields see each row's time (tw_clock "time": t_k + s * span, running backwards in the
+    encoder) or the observation index of the interval's start (tw_clock "index", shared by the
+    batch, cheaper); tw_scope, tw_coupling, tw_units, tw_layout as in tw_models.py.
     """
 
     def __init__(
-        self, *, tw_scope: str = "row", tw_block: int = 16, tw_clock: str = "time", tw_units: int = 16, **kwargs
+        self,
+        *,
+        tw_scope: str = "full",
+        tw_block: int = 16,
+        tw_coupling: str = "weight",
+        tw_clock: str = "time",
+        tw_units: int = 16,
+        tw_layout: str = "mlp",
+        sequence_readout: str = "decoded",
+        **kwargs,
     ) -> None:
-        check_clock(tw_clock)
-        coupling_groups(1, 1, tw_scope, tw_block)
-        if tw_units < 1:
-            raise ValueError(f"tw_units must be >= 1, got {tw_units}")
-        self._tw = {"scope": tw_scope, "block": tw_block, "clock_units": tw_units}
+        self._tw = tw_options(tw_scope, tw_block, tw_clock, tw_units, tw_coupling)
+        check_layout(tw_layout)
+        self._tw["layout"] = tw_layout
         self.clock = tw_clock
-        super().__init__(**kwargs)
+        super().__init__(sequence_readout=sequence_readout, **kwargs)
 
     def _field(self, size: int, units: int, layers: int) -> nn.Module:
         return TemporalMLP([size] + [units] * (layers + 1) + [size], **self._tw)

@@ -11,7 +11,18 @@ Follows FastWeightODE with HebbUpdateVectorField / OjaUpdateVectorField / DeltaU
 of IDSIA/neuraldiffeq-fwp (speech_and_physionet/experiments/models/; model names hebb_ode, oja_ode,
 delta_ode), then the output block of _fwp.py. X is the spline path [t, x] of _cde.py, so time
 enters as a channel; the query is read at each row's own T (the reference reads the batch's last
-time for every row).
+time for every row). With static_channels (_fwp.py) W(0) comes from the static features instead.
+
+Where this follows the authors' code rather than the printed Eq. 21 (see fwp_rules.py):
+    * Hebb writes v k^T (value x key); Eq. 21 prints k (x) v, which does not fit
+      W in R^{d_out x d_key} with y = W q (Eq. 20).
+    * Oja subtracts W^T v from the key logits inside the softmax: v softmax(k - W^T v)^T, where
+      Eq. 21 has v (x) (phi(k) - W^T v).
+    * Keys go through a softmax and values through tanh (footnote 3's "activation functions ...
+      where appropriate"), also in the query (Eq. 19: q = softmax(W_q LayerNorm(W_in X(T)))).
+
+The writer can read X' instead of X (`from_derivative`): that is the rough-path case, where the
+input of Eq. 18 is the log-signature of the current window (rde_node_fwp.py).
 """
 
 from __future__ import annotations
@@ -26,16 +37,18 @@ from .fwp_rules import RULES
 
 
 class NODEWriter(nn.Module):
-    """The slow net of the NODE FWPs: (X (B, K), unused, W (B, H, d, d) or None) -> dW (B, H, d, d).
+    """The slow net of the NODE FWPs: (X (B, K), X' (B, K) or None, W (B, H, d, d) or None) -> dW (B, H, d, d).
 
-    One fused projection gives every head's key, value and learning rate at once.
+    One fused projection gives every head's key, value and learning rate at once (Eq. 21's
+    [beta, k, v] = W_slow x). It reads X, or X' alone with from_derivative (then X is unused).
     """
 
-    reads_derivative: ClassVar[bool] = False
-
-    def __init__(self, rule: str, path_channels: int, hidden_size: int, num_heads: int) -> None:
+    def __init__(
+        self, rule: str, path_channels: int, hidden_size: int, num_heads: int, *, from_derivative: bool = False
+    ) -> None:
         super().__init__()
         self.update = RULES[rule]
+        self.reads_derivative = from_derivative
         self.value_tanh = True
         self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
         self.input_proj = nn.Linear(path_channels, hidden_size)
@@ -44,11 +57,11 @@ class NODEWriter(nn.Module):
 
     def key_features(self, x: torch.Tensor, dx: torch.Tensor | None = None) -> torch.Tensor:
         """(..., K) -> (..., hidden): the projected input that keys, values and queries come from."""
-        return self.input_norm(self.input_proj(x))
+        return self.input_norm(self.input_proj(dx if self.reads_derivative else x))
 
     def forward(self, x: torch.Tensor, dx: torch.Tensor | None, weights: torch.Tensor | None) -> torch.Tensor:
         batch, heads, d = x.shape[0], self.num_heads, self.head_dim
-        kvb = self.kvb_net(self.key_features(x)).view(batch, heads, 2 * d + 1)  # (B, H, 2d + 1)
+        kvb = self.kvb_net(self.key_features(x, dx)).view(batch, heads, 2 * d + 1)  # (B, H, 2d + 1)
         key_logits, values, rate = kvb.split((d, d, 1), dim=-1)
         values = values.tanh() if self.value_tanh else values
         return self.update(key_logits, values, rate.sigmoid(), weights)
@@ -61,10 +74,14 @@ class _NODEFWP(FastWeightProgrammer):
     """
 
     learning_rule: ClassVar[str]
+    writer_reads_derivative: ClassVar[bool] = False  # True: Eq. 18's input is X' (log-signature windows)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.rule = NODEWriter(self.learning_rule, self.path_channels, self.hidden_size, self.num_heads)
+        self.rule = NODEWriter(
+            self.learning_rule, self.control_channels, self.hidden_size, self.num_heads,
+            from_derivative=self.writer_reads_derivative,
+        )
 
 
 class HebbNODEFWP(_NODEFWP):

@@ -8,15 +8,18 @@ the accumulated Levy areas). So the Delta rule takes keys, rate and query from l
 from Y(s); Hebb and Oja take keys and query from Y(s) and values from logsig_k.
 
 Differences from the reference EigenWorms code: its published run (`logsig-ode-fwp`,
-FastWeightODE, eigenworms/README.md) is the ODE variant, whose slow net reads logsig_k alone
-(keys, values and rates), with W(0) from a projection of [t_0, x_0]; its `logsig-cde-fwp`
-(FastWeightCDEv2) feeds logsig_k as both inputs. Here the CDE FWP equations are kept unchanged,
-so a rough FWP and its smooth counterpart differ only in their input path.
+FastWeightODE, eigenworms/README.md) is the direct-NODE variant, whose slow net reads logsig_k
+alone (keys, values and rates), with W(0) from a projection of [t_0, x_0]: that model, the one
+behind Table 2, is rde_node_fwp.py. Its `logsig-cde-fwp` (FastWeightCDEv2) feeds logsig_k as both
+inputs. Here the CDE FWP equations are kept unchanged, so a rough CDE FWP and its smooth
+counterpart differ only in their input path. The static initial state (static_channels of
+_fwp.py) is not offered: its statics would have to be cut out of the log-signature channels,
+which logsig.py does not expose, and the rough-path dataset (EigenWorms) has none.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from ._cde import FIXED_STEP_METHODS
 from .cde_fwp import DeltaCDEFWP, HebbCDEFWP, OjaCDEFWP
@@ -41,8 +44,13 @@ class _RoughFWP(LogSigInputs):
     `interpolation`; method rk4 or euler, step_fraction in windows.
     """
 
+    # No static initial state (see the module doc): the statics are not separable in the log-signature channels.
+    withheld_arguments: ClassVar[tuple[str, ...]] = ("static_channels",)
+
     def __init__(self, *, method: str = "rk4", **kwargs: Any) -> None:
         check_fixed_step(method)
+        if "static_channels" in kwargs:
+            raise ValueError("static_channels: the rough FWPs take no static initial state; leave it unset")
         super().__init__(method=method, **kwargs)
 
 

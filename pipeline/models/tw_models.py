@@ -1,15 +1,26 @@
 """ODE-RNN, GRU-ODE and Neural CDE with temporal weights (Kohan, Rietman & Siegelmann 2022) in
-their vector fields: every weight matrix of the field is rebuilt at time t by W' = S(W, t)
-(temporal_weights.py); everything else is the base family.
+their vector fields: every weight matrix of the field is rebuilt at the solver's time t by
+W' = S(W, t) (Eqs. 1-2, temporal_weights.py) at every evaluation, intermediate stages included,
+as Algorithm 1 does; everything else is the base family. The paper applies temporal weights to
+the ODE-RNN (Sepsis, Sec. 3.4); its GRU-ODE is GRU-ODE-Bayes on USHCN (Sec. 3.5), not the
+GRU-ODE here, and it gives no NCDE architecture (Table 5): those two are this project's
+transfers of the same layer.
 
-Which time the weights see (`tw_clock`):
-    "time"   the observation time of each row, as in the reference codes where a batch shares
-             one real time grid; here rows are irregular, so each row gets its own weights.
-             ODE-RNN: the substitution t = t_prev + s * dt over s in [0, 1] (see ode_rnn.py),
-             so the field at solver time s sees t_prev + s * dt, not s. GRU-ODE / NCDE: the
-             path's time channel X_0(s) at index s.
-    "index"  the observation index (k + s for ODE-RNN, the solver's s for the CDE models),
-             shared by the batch: one set of weights per evaluation, cost independent of B.
+Temporal-weight arguments, shared by the three families:
+    tw_scope     which weights Eq. 2 couples: "full" (all of the layer, the paper's), "row" or
+                 "block" (this project's approximations); tw_block sizes the blocks.
+    tw_coupling  the form of K: "weight" (K_ij = k_i, default), "rank1", "dense" (small layers).
+    tw_units     width of the network of t giving f(t), phi(t) (this project's form).
+    tw_clock     which time the weights see:
+        "time"   the observation time of each row, as in the reference codes where a batch shares
+                 one real time grid; here rows are irregular, so each row gets its own weights.
+                 ODE-RNN: the substitution t = t_prev + s * dt over s in [0, 1] (see ode_rnn.py),
+                 so the field at solver time s sees t_prev + s * dt, not s. GRU-ODE / NCDE: the
+                 path's time channel X_0(s) at index s.
+        "index"  the observation index (k + s for ODE-RNN, the solver's s for the CDE models),
+                 shared by the batch: one set of weights per evaluation, cost independent of B.
+    tw_layout    (ODE-RNN only, whose field is a tanh MLP) "mlp": the base field, biases and a
+                 linear last layer; "algorithm1": no bias, tanh after every layer (Algorithm 1).
 """
 
 from __future__ import annotations
@@ -23,20 +34,13 @@ from .base import check_raw_inputs
 from .gru_ode import GRUODE
 from .ncde import NeuralCDE
 from .ode_rnn import ODERNN
-from .temporal_weights import TemporalLinear, TemporalMLP, check_clock, coupling_groups
-
-
-def _tw_options(scope: str, block: int, clock: str, units: int) -> dict:
-    check_clock(clock)
-    coupling_groups(1, 1, scope, block)  # rejects an unknown scope or a bad block early
-    if units < 1:
-        raise ValueError(f"tw_units must be >= 1, got {units}")
-    return {"scope": scope, "block": block, "clock_units": units}
+from .temporal_weights import TemporalLinear, TemporalMLP, check_layout, tw_options
 
 
 class _TimedField(nn.Module):
-    """dh/ds = dt * net(h, start + s * dt) on s in [0, 1]: ODE-RNN's per-interval substitution,
-    with the field also reading the time. start, dt: (B,) per row, or 0-dim for the index clock."""
+    """dh/ds = dt * net(h, start + s * rate) on s in [0, 1]: ODE-RNN's per-interval substitution,
+    with the field also reading the time. dt: (B,); start, rate: (B,) per row (time clock) or
+    0-dim (index clock); h: (B, H)."""
 
     def __init__(self, net: TemporalMLP, start: torch.Tensor, dt: torch.Tensor, clock_rate: torch.Tensor) -> None:
         super().__init__()
@@ -49,19 +53,28 @@ class _TimedField(nn.Module):
 
 
 class ODERNNTW(ODERNN):
-    """ODE-RNN whose field hidden -> vf_units -> hidden has temporal weights.
+    """ODE-RNN whose field hidden -> vf_units -> hidden (tanh) has temporal weights in both layers.
 
     forward(x (B, L, C), dt (B, L), mask (B, L)) -> (B, O), or (B, L, O) with per_step.
     """
 
     def __init__(
-        self, *, tw_scope: str = "row", tw_block: int = 16, tw_clock: str = "time", tw_units: int = 16, **kwargs
+        self,
+        *,
+        tw_scope: str = "full",
+        tw_block: int = 16,
+        tw_coupling: str = "weight",
+        tw_clock: str = "time",
+        tw_units: int = 16,
+        tw_layout: str = "mlp",
+        **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        options = _tw_options(tw_scope, tw_block, tw_clock, tw_units)
+        options = tw_options(tw_scope, tw_block, tw_clock, tw_units, tw_coupling)
+        check_layout(tw_layout)
         self.clock = tw_clock
         sizes = [self.hidden_size, self.field[0].out_features, self.hidden_size]
-        self.field = TemporalMLP(sizes, **options)
+        self.field = TemporalMLP(sizes, layout=tw_layout, **options)
 
     def forward(self, x: torch.Tensor, dt: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         check_raw_inputs(x, dt, mask, self.input_channels)
@@ -83,7 +96,8 @@ class ODERNNTW(ODERNN):
 
 
 class TemporalGRUODEField(nn.Module):
-    """GRU-ODE field (gru_ode.GRUODEField) with temporal W and U: (x, h, t) -> (B, H)."""
+    """GRU-ODE field (gru_ode.GRUODEField) with temporal W and U, each map coupled on its own:
+    (x (B, K), h (B, H), t () or (B,)) -> dh (B, H)."""
 
     def __init__(self, input_size: int, hidden_size: int, options: dict) -> None:
         super().__init__()
@@ -104,11 +118,18 @@ class GRUODETW(GRUODE):
     """GRU-ODE with temporal weights in all six maps; inputs and outputs as GRUODE."""
 
     def __init__(
-        self, *, tw_scope: str = "row", tw_block: int = 16, tw_clock: str = "time", tw_units: int = 16, **kwargs
+        self,
+        *,
+        tw_scope: str = "full",
+        tw_block: int = 16,
+        tw_coupling: str = "weight",
+        tw_clock: str = "time",
+        tw_units: int = 16,
+        **kwargs,
     ) -> None:
         super().__init__(**kwargs)
         self.clock = tw_clock
-        options = _tw_options(tw_scope, tw_block, tw_clock, tw_units)
+        options = tw_options(tw_scope, tw_block, tw_clock, tw_units, tw_coupling)
         self.field = TemporalGRUODEField(self.path_channels, self.hidden_size, options)
 
     def rate(self, x: torch.Tensor, h: torch.Tensor, s: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
@@ -116,7 +137,7 @@ class GRUODETW(GRUODE):
 
 
 class TemporalFinalTanhField(nn.Module):
-    """NCDE field f(z, t): (B, H) -> (B, H, K), ReLU MLP of temporal layers, final tanh.
+    """NCDE field f(z, t): z (B, H) -> (B, H, K), ReLU MLP of temporal layers, final tanh.
 
     cdeint calls it as f(s, z); the time channel of the current batch's path gives the per-row
     time, so the model hands the path over before each solve (`use_path`).
@@ -147,8 +168,9 @@ class NeuralCDETW(NeuralCDE):
     def __init__(
         self,
         *,
-        tw_scope: str = "row",
+        tw_scope: str = "full",
         tw_block: int = 16,
+        tw_coupling: str = "weight",
         tw_clock: str = "time",
         tw_units: int = 16,
         vf_units: int = 32,
@@ -156,7 +178,7 @@ class NeuralCDETW(NeuralCDE):
         **kwargs,
     ) -> None:
         super().__init__(vf_units=vf_units, vf_layers=vf_layers, **kwargs)
-        options = _tw_options(tw_scope, tw_block, tw_clock, tw_units)
+        options = tw_options(tw_scope, tw_block, tw_clock, tw_units, tw_coupling)
         hidden = self.initial.out_features
         self.field = TemporalFinalTanhField(hidden, self.path_channels, vf_units, vf_layers, tw_clock, options)
 
