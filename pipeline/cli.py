@@ -201,6 +201,39 @@ def predict(
         typer.echo(f"{len(rows)} prediction row(s) -> {out}", err=True)
 
 
+@app.command("profile")
+@_stage
+def profile_command(
+    name: Optional[str] = typer.Argument(None, help="A profile; none: list them."),
+    write: bool = typer.Option(False, "--write", help="Replace params.yaml (a hand-written one is kept as params.yaml.bak)."),
+    root: Path = ROOT,
+) -> None:
+    """A paper's experiment as published: print (or --write) params.yaml with that profile over it."""
+    from pipeline import profiles
+
+    if name is None:
+        for each in profiles.names():
+            typer.echo(f"{each:22s} {profiles.describe(each)}")
+        return
+    base = project_root(root)
+    target = base / "params.yaml"
+    raw, params = profiles.load(name, target)
+    pairs = profiles.check_spaces(name, params, base)
+    text = profiles.to_yaml(name, raw)
+    if not write:
+        typer.echo(text, nl=False)
+        return
+    from pipeline.io import write_text
+
+    backup = base / "params.yaml.bak"
+    current = target.read_text()
+    if not current.startswith(profiles.HEADER):  # a profile's own output is not a user's file to keep
+        write_text(backup, current)
+    write_text(target, text)
+    typer.echo(f"{target}: profile {name} ({len(params.datasets)} dataset(s), {len(params.families)} "
+               f"families, {pairs} searches); your own params.yaml is kept as {backup}", err=True)
+
+
 @app.command("check")
 @_stage
 def check_command(root: Path = ROOT) -> None:

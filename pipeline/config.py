@@ -13,7 +13,7 @@ trials, and dataset and family names are identifiers (pipeline/names.py), checke
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Annotated, Any, get_args, get_origin
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
@@ -63,7 +63,7 @@ def _resources_for(base: Resources, overrides: dict[str, ResourceOverride], fami
     return Resources.model_validate({**base.model_dump(), **change})
 
 
-def _known_families(overrides: dict[str, ResourceOverride]) -> dict[str, ResourceOverride]:
+def _known_families(overrides: dict[str, Any]) -> dict[str, Any]:
     from pipeline.models import MODELS  # late: keeps `import pipeline.config` light
 
     unknown = sorted(set(overrides) - set(MODELS))
@@ -131,8 +131,11 @@ class FinalParams(_Strict):
                                                          "rate times each factor (at most 16), on every seed (e.g. [0.8, 1.25])")
     resources: Resources = Resources()
     family_resources: dict[Name, ResourceOverride] = Field(default_factory=dict)
+    family_epochs: dict[Name, Annotated[int, Field(ge=1, le=MAX_EPOCHS)]] = Field(
+        default_factory=dict, description="per-family epochs instead of `epochs`, e.g. {cf_s: 116, cfc: 57} "
+                                          "(a paper's table that trains each model for its own number of epochs)")
 
-    _family_names = field_validator("family_resources")(_known_families)
+    _family_names = field_validator("family_resources", "family_epochs")(_known_families)
 
     @model_validator(mode="after")
     def _distinct(self) -> "FinalParams":
@@ -148,6 +151,10 @@ class FinalParams(_Strict):
 
     def resources_for(self, family: str) -> Resources:
         return _resources_for(self.resources, self.family_resources, family)
+
+    def for_family(self, family: str) -> "FinalParams":
+        """These params with `epochs` set to the family's (`family_epochs`, else `epochs`)."""
+        return self.model_copy(update={"epochs": self.family_epochs.get(family, self.epochs)})
 
 
 class PromoteParams(_Strict):
@@ -256,7 +263,11 @@ def read_yaml(path: Path, max_bytes: int = MAX_YAML_BYTES) -> Any:
 def load_params(path: str | Path) -> Params:
     """Read and validate params.yaml. Raises ConfigError naming the file, key and constraint."""
     path = Path(path)
-    data = read_yaml(path)
+    return params_from(read_yaml(path), path)
+
+
+def params_from(data: Any, path: Path) -> Params:
+    """Validate params read from `path` (a file, or what errors should name). Raises ConfigError."""
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of sections at the top level, got {type(data).__name__}; "
                           f"allowed keys: {sorted(Params.model_fields)}")

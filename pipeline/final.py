@@ -1,8 +1,8 @@
 """The `final` stage: retrain a family's best configuration over fresh seeds, spread over Ray.
 
-Each seed trains for `final.epochs`, keeps the weights of its best validation epoch and is
-scored on validation and test with them. The seed with the best validation score is logged as
-an MLflow pyfunc model, the candidate that `promote` may register.
+Each seed trains for `final.epochs` (or the family's `final.family_epochs`), keeps the weights of
+its best validation epoch and is scored on validation and test with them. The seed with the best
+validation score is logged as an MLflow pyfunc model, the candidate that `promote` may register.
 
 Robustness (`final.lr_factors`): the same configuration with its learning rate multiplied by
 each factor trains on every seed too (MLflow stage `robustness`, tag `lr_factor`), so the
@@ -131,7 +131,8 @@ def _check_protocol(config: dict[str, Any], meta: Any, epochs: int, dataset: str
         problem = dataset_problem(key, [value], meta.task, bool(meta.vocab_size), epochs)
         if problem:
             raise ConfigError(f"results/{dataset}/search/{family}.json: best_config `{key}` {problem} "
-                              f"(params.yaml `final.epochs` is {epochs})")
+                              f"(the final stage trains {family} for {epochs} epochs: params.yaml "
+                              f"`final.epochs` or `final.family_epochs`)")
 
 
 def final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, Any]:
@@ -139,7 +140,7 @@ def final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, An
     check_name(dataset, "dataset name")
     check_name(family, "family name")
     with stage_lock(root, "final", dataset, family):  # one driver per final evaluation: a second is refused
-        return _final(root, dataset, family, p)
+        return _final(root, dataset, family, p.for_family(family))
 
 
 def _final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, Any]:

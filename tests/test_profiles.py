@@ -1,0 +1,190 @@
+"""Reproduction profiles (pipeline/profiles): each loads over the project's params.yaml, validates,
+fits every listed family's space on every listed dataset, and the first trial of each search (the
+paper's reference for that dataset) trains one optimiser step on fixture data shaped like the
+dataset (its task, channels, static channels, classes, tokens); plus `ctsweep profile` itself.
+
+No profile is run here: they are for a GPU cluster and most of their data must be downloaded.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline import profiles
+from pipeline.config import load_params, params_from, read_yaml
+from pipeline.data import person_activity, physionet2012, speech_commands, walker2d
+from pipeline.data.contract import Dataset, Meta, Split
+from pipeline.data.sepsis import channel_names
+from pipeline.errors import ConfigError
+from pipeline.models import MODELS
+from pipeline.spaces import check_for_dataset, load_space, space_path, split_config
+from pipeline.train import Trainer, TrainSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+PARAMS = ROOT / "params.yaml"
+N, LENGTH = 8, 9
+
+
+def _meta_fields(section) -> dict:
+    """Meta fields of the dataset a prepare section builds (the data modules' own constants)."""
+    kind = section.kind
+    if kind == "xor":
+        return dict(task="binary", per_step=False, output_size=1, metric="accuracy", channels=["bit"])
+    if kind == "sepsis":
+        channels, statics = channel_names(section.intensity)
+        return dict(task="binary", per_step=section.task == "hourly", output_size=1, metric="auroc",
+                    channels=channels, static_channels=statics)
+    if kind == "physionet2012":
+        return dict(task="binary", per_step=False, output_size=1, metric="auroc",
+                    channels=physionet2012.TIME_SERIES + physionet2012.STATIC,
+                    static_channels=list(physionet2012.STATIC))
+    if kind == "speech_commands":
+        return dict(task="classification", per_step=False, output_size=len(speech_commands.KEYWORDS),
+                    metric="accuracy", channels=[f"mfcc{i}" for i in range(20)])
+    if kind == "uea":  # EigenWorms: 6 eigenworm projections, 5 classes
+        assert section.name == "EigenWorms", section.name
+        return dict(task="classification", per_step=False, output_size=5, metric="accuracy",
+                    channels=[f"dim{i}" for i in range(6)])
+    if kind == "person_activity":
+        rubanova = section.variant == "rubanova"
+        return dict(task="classification", per_step=True, metric="accuracy",
+                    output_size=len(person_activity.RUBANOVA_CLASSES if rubanova else person_activity.CLASSES),
+                    channels=person_activity.RUBANOVA_CHANNELS if rubanova else person_activity.CHANNELS)
+    if kind == "walker2d":
+        return dict(task="regression", per_step=True, output_size=walker2d.STATE_DIM, metric="mse",
+                    channels=list(walker2d.CHANNELS))
+    if kind == "imdb":
+        return dict(task="binary", per_step=False, output_size=1, metric="accuracy", channels=["token"],
+                    vocab_size=50, embedding_size=16)
+    raise AssertionError(f"no fixture for prepare kind {kind!r}: add one")
+
+
+def fixture_dataset(name: str, section) -> Dataset:
+    """N irregular, padded sequences shaped like dataset `name` (NaN-padded values, token ids for
+    token datasets, the last channels static when the dataset has static channels)."""
+    fields = _meta_fields(section)
+    meta = Meta(name=name, source="test_profiles", **fields)
+    rng = np.random.default_rng(0)
+    lengths = np.array([9, 5, 3, 7, 9, 4, 6, 2])
+    mask = np.arange(LENGTH)[None, :] < lengths[:, None]
+    t = np.cumsum(rng.uniform(0.2, 1.5, size=(N, LENGTH)), axis=1).astype(np.float32)
+    t = np.where(mask, t, t[np.arange(N), lengths - 1][:, None])
+    channels = len(meta.channels)
+    if meta.vocab_size:
+        x = rng.integers(1, meta.vocab_size, size=(N, LENGTH, 1)).astype(np.float32)
+    else:
+        x = rng.normal(size=(N, LENGTH, channels)).astype(np.float32)
+        if meta.static_channels:  # constant along each sequence
+            x[:, :, channels - len(meta.static_channels):] = x[:, :1, channels - len(meta.static_channels):]
+    x[~mask] = np.nan
+    shape = (N, LENGTH) if meta.per_step else (N,)
+    if meta.task == "regression":
+        y = rng.normal(size=(*shape, meta.output_size)).astype(np.float32)
+    else:
+        classes = 2 if meta.task == "binary" else meta.output_size
+        y = rng.integers(0, classes, size=shape).astype(np.int64)
+    return Dataset(meta, {s: Split(x, t, mask, y) for s in ("train", "val", "test")})
+
+
+def test_every_profile_is_listed_and_described() -> None:
+    names = profiles.names()
+    papers = {n.split("-")[0] for n in names}
+    assert {"cfc", "fwp", "cdrnde", "tw"} <= papers  # one paper each at least
+    assert all(profiles.describe(n) for n in names)
+
+
+@pytest.mark.parametrize("name", profiles.names())
+def test_profile_loads_validates_and_fits_every_space(name: str) -> None:
+    raw, params = profiles.load(name, PARAMS)
+    assert set(raw["datasets"]) == set(params.datasets) and params.search.num_samples == 1
+    assert params.search.resources.gpu > 0 and params.final.resources.gpu > 0  # for a GPU cluster
+    assert len(params.final.seeds) == params.promote.seeds_required == 5
+    assert profiles.check_spaces(name, params, ROOT) == len(params.datasets) * len(params.families)
+    for dataset in params.datasets:
+        meta = fixture_dataset(dataset, params.prepare[dataset]).meta
+        for family in params.families:
+            space = load_space(space_path(ROOT, family), family).for_dataset(dataset)
+            epochs = params.final.for_family(family).epochs
+            check_for_dataset(space, dataset, meta.task, bool(meta.vocab_size), epochs)  # raises if not
+
+
+@pytest.mark.parametrize("name", profiles.names())
+def test_profile_first_trials_train_one_step_on_fixture_data(name: str) -> None:
+    """The first trial of each (dataset, family) search is its reference: one step of it trains."""
+    _, params = profiles.load(name, PARAMS)
+    for dataset in params.datasets:
+        data = fixture_dataset(dataset, params.prepare[dataset])
+        for family in params.families:
+            space = load_space(space_path(ROOT, family), family).for_dataset(dataset)
+            train_cfg, model_cfg = split_config({**space.reference, **space.fixed})
+            settings = TrainSettings(**{**train_cfg, "batch_size": N})  # the whole fixture split: one step
+            epochs = params.final.for_family(family).epochs
+            trainer = Trainer(family, model_cfg, settings, data, seed=0, epochs=epochs)
+            before = trainer.weights()
+            loss = trainer.train_epoch()
+            assert np.isfinite(loss), (dataset, family)
+            after = trainer.weights()
+            assert any(not torch.equal(before[k], after[k]) for k in before), (dataset, family)
+
+
+def test_family_epochs_come_from_the_paper_tables() -> None:
+    _, cfc = profiles.load("cfc-physionet2012", PARAMS)
+    assert [cfc.final.for_family(f).epochs for f in ("cf_s", "cfc", "cfc_no_gate", "cfc_mmrnn")] == [116, 57, 58, 65]
+    assert cfc.final.for_family("gru_d").epochs == cfc.final.epochs == 116  # Table S2 has no baselines
+    _, xor = profiles.load("cfc-xor", PARAMS)
+    assert xor.prepare["xor_event"].n_train == 100_000 and xor.final.epochs == 200
+
+
+def test_overlay_merges_mappings_and_replaces_the_rest() -> None:
+    base = {"search": {"epochs": 4, "asha": {"grace_period": 2, "reduction_factor": 2}}, "datasets": ["a", "b"]}
+    out = profiles.merge(base, {"search": {"asha": {"grace_period": 1}}, "datasets": ["c"]})
+    assert out == {"search": {"epochs": 4, "asha": {"grace_period": 1, "reduction_factor": 2}}, "datasets": ["c"]}
+    assert base["search"]["asha"]["grace_period"] == 2  # the base is not changed
+
+
+def test_family_epochs_refuse_unknown_families_and_bad_values(tmp_path: Path) -> None:
+    for bad, match in (({"transformer": 3}, "unknown families"), ({"cfc": 0}, "family_epochs.cfc")):
+        raw = profiles.merge(read_yaml(PARAMS), {"final": {"family_epochs": bad}})
+        with pytest.raises(ConfigError, match=match):
+            params_from(raw, tmp_path / "params.yaml")
+
+
+def test_unknown_profile_lists_the_valid_ones() -> None:
+    with pytest.raises(ConfigError, match=r"unknown profile 'nope'; valid: \[.*'cfc-xor'"):
+        profiles.load("nope", PARAMS)
+
+
+def _ctsweep(root: Path, *args: str) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).parent / "ctsweep"
+    return subprocess.run([str(exe), *args, "--root", str(root)], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_prints_writes_and_keeps_the_hand_written_params(tmp_path: Path) -> None:
+    (tmp_path / "params.yaml").write_text(PARAMS.read_text())
+    (tmp_path / "search_spaces").symlink_to(ROOT / "search_spaces")
+    listed = _ctsweep(tmp_path, "profile")
+    assert listed.returncode == 0 and all(n in listed.stdout for n in profiles.names())
+    shown = _ctsweep(tmp_path, "profile", "tw-sepsis")
+    assert shown.returncode == 0 and shown.stdout.startswith(profiles.HEADER)
+    assert (tmp_path / "params.yaml").read_text() == PARAMS.read_text()  # printing writes nothing
+    for name in ("tw-sepsis", "cdrnde"):  # a second profile replaces the first, the backup stays the user's
+        written = _ctsweep(tmp_path, "profile", name, "--write")
+        assert written.returncode == 0, written.stderr
+    assert (tmp_path / "params.yaml.bak").read_text() == PARAMS.read_text()
+    params = load_params(tmp_path / "params.yaml")
+    assert params.datasets == ["person_activity", "walker2d"] and "cdr_nde" in params.families
+    bad = _ctsweep(tmp_path, "profile", "nope", "--write")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown profile 'nope'" in bad.stderr
+    assert load_params(tmp_path / "params.yaml").datasets == ["person_activity", "walker2d"]  # untouched
+
+
+def test_every_family_of_a_profile_is_registered() -> None:
+    for name in profiles.names():
+        _, params = profiles.load(name, PARAMS)
+        assert set(params.families) <= set(MODELS), name
