@@ -93,6 +93,23 @@ def test_cf_s_step_is_eq9() -> None:
     torch.testing.assert_close(step(model, x, h, torch.full((2, 1), 1e4)), a.expand(2, H))
 
 
+def test_cf_s_printed_form_is_eq9_with_its_own_b_and_a_sigmoid_f() -> None:
+    model = small(CfS, form="eq9")
+    cell = model.cell
+    assert not any("backbone" in name for name, _ in model.named_parameters())  # f is one layer
+    with torch.no_grad():
+        cell.w_tau.copy_(torch.tensor([[0.5, -0.2, 0.0, 1.0]]))
+        cell.A.copy_(torch.tensor([[1.5, -0.5, 2.0, 0.3]]))
+        cell.B.copy_(torch.tensor([[0.7, 1.0, -2.0, 0.1]]))
+    x, h, dt = inputs()
+    f = torch.sigmoid(x @ cell.input_map.weight.T + cell.input_map.bias + h @ cell.recurrent_map.weight.T)
+    expected = cell.B * torch.exp(-(cell.w_tau.abs() + f) * dt) * f + cell.A
+    torch.testing.assert_close(step(model, x, h, dt), expected)
+    torch.testing.assert_close(step(model, x, h, torch.zeros(2, 1)), cell.B * f + cell.A)  # x(0) side
+    with pytest.raises(ValueError, match=r"unknown form 'paper'; valid: \['code', 'eq9'\]"):
+        small(CfS, form="paper")
+
+
 def test_mixed_memory_sequence_is_lstm_then_cfc() -> None:
     model = small(CfCMMRNN, forget_bias=0.7, per_step=True, time_scale=2.0)
     gen = torch.Generator().manual_seed(2)

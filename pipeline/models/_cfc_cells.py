@@ -9,7 +9,14 @@ time dt, and returns the next state without an ODE solver:
 
 Eq. 9 reads x(t) = B exp(-[w_tau + f] t) f(-x, -I) + A with B = x(0) - A; the official code
 (raminmh/CfC torch_cfc.py, ncps mode "pure") takes x(0) = 0, so B = -A, keeps f(x, I) and makes
-the rate non-negative with absolute values. We follow it. The mixed-memory cell (CfC-mmRNN) puts
+the rate non-negative with absolute values. We follow it by default (`CfSCell`, Cf-S `form:
+code`), because the paper's Cf-S numbers come from that code. `CfSEq9Cell` (`form: eq9`) is Eq. 9
+as printed: f one sigmoid layer of [x, I] (positive, bounded and monotonic, as Lemma 1 assumes;
+theta = {W_Ix, W_xx, b_x}; f(-x, -I) only flips the sign of its weights, which training absorbs),
+B a learned vector of its own, and no backbone.
+The CfC gate likewise follows the code: s = sigmoid(f_a(u) dt + f_b(u)) has an offset head f_b,
+where Eq. 10's sigmoid(-f t) is 1/2 at t = 0; the Tables S1-S4 numbers come from the code. The
+mixed-memory cell (CfC-mmRNN) puts
 an LSTM in front: its cell state c carries long-term memory, its output feeds the CfC as state.
 
 Speed: the backbone's first layer acts on the concatenation [x_t, h]; it is stored as an input
@@ -119,6 +126,28 @@ class CfCCell(nn.Module):
         if self.no_gate:
             return torch.addcmul(g, gate, k)
         return torch.addcmul(g, gate, k - g)  # g (1 - gate) + gate k, one op fewer
+
+
+class CfSEq9Cell(nn.Module):
+    """Eq. 9 as printed: (x_part (B, H), h (B, H), dt (B, 1)) -> h' (B, H) with
+    h' = B * exp(-(|w_tau| + f) dt) * f + A,   f = sigmoid(W_Ix x + W_xx h + b_x)."""
+
+    def __init__(self, input_size: int, hidden_size: int, init_gain: float) -> None:
+        super().__init__()
+        self.input_map = nn.Linear(input_size, hidden_size)  # W_Ix, b_x
+        self.recurrent_map = nn.Linear(hidden_size, hidden_size, bias=False)  # W_xx
+        self.w_tau = nn.Parameter(torch.zeros(1, hidden_size))
+        self.A = nn.Parameter(torch.ones(1, hidden_size))
+        self.B = nn.Parameter(-torch.ones(1, hidden_size))  # x(0) - A for x(0) = 0 at the start
+        _xavier_(self.input_map.weight, init_gain)
+        _xavier_(self.recurrent_map.weight, init_gain)
+
+    def project_inputs(self, x: torch.Tensor) -> torch.Tensor:
+        return self.input_map(x)
+
+    def forward(self, x_part: torch.Tensor, h: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
+        f = torch.sigmoid(torch.addmm(x_part, h, self.recurrent_map.weight.t()))  # (B, H), in (0, 1)
+        return torch.addcmul(self.A, self.B * f, torch.exp(-dt * (self.w_tau.abs() + f)))
 
 
 class CfSCell(nn.Module):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._cfc_cells import ACTIVATIONS, Backbone, CfCCell, CfSCell, MemoryLSTMCell
+from ._cfc_cells import ACTIVATIONS, Backbone, CfCCell, CfSCell, CfSEq9Cell, MemoryLSTMCell
 from .base import SequenceModel, check_raw_inputs, gather_steps, last_valid_index
 
 
@@ -107,10 +107,26 @@ class CfCNoGate(_ClosedFormRNN):
         return CfCCell(backbone, hidden_size, no_gate=True, init_gain=init_gain)
 
 
+CFS_FORMS = ("code", "eq9")
+
+
 class CfS(_ClosedFormRNN):
-    """Cf-S, the closed-form solution network of Eq. 9, Hasani et al. 2022."""
+    """Cf-S, the closed-form solution network of Eq. 9, Hasani et al. 2022.
+
+    `form`: "code" (default) is the official code's cell (B = -A, |f| from the backbone's head),
+    "eq9" the printed equation (a learned B, f one sigmoid layer, no backbone: the backbone
+    arguments are then unused); _cfc_cells.py says how they differ.
+    """
+
+    def __init__(self, *, form: str = "code", **kwargs: object) -> None:
+        if form not in CFS_FORMS:
+            raise ValueError(f"unknown form {form!r}; valid: {list(CFS_FORMS)}")
+        self.form = form
+        super().__init__(**kwargs)
 
     def _make_cell(self, backbone: Backbone, hidden_size: int, init_gain: float) -> nn.Module:
+        if self.form == "eq9":
+            return CfSEq9Cell(self.input_channels, hidden_size, init_gain=init_gain)
         return CfSCell(backbone, hidden_size, init_gain=init_gain)
 
 
