@@ -115,6 +115,11 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
 
         try:
             run_data_parallel(config, ctx, run_id, data)
+        except ray.exceptions.RayActorError:
+            # The Train controller died: Tune removed this trial's placement group because it stopped
+            # the trial (its last epoch, or ASHA), or a node died. Tune's outcome decides how the run
+            # ends (search._close_runs); closing it FAILED here could land after that and stick.
+            raise
         except Exception as exc:
             _fail(client, run_id, exc)
             raise
