@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from mlflow.tracking import MlflowClient
+
 from pipeline import tracking
 from pipeline.errors import CtsweepError
 
@@ -153,6 +155,14 @@ def mlflow_server(folder: Path, host: str = "127.0.0.1", workers: int = 2) -> It
         yield url
     finally:
         _stop(proc, grace_s=30)
+
+
+def store_client(uri: str) -> MlflowClient:
+    """A client for a store a driver may be creating right now: open it as the drivers do
+    (`tracking.ensure_store`, under the store's file lock), so that the watcher's first read and
+    the driver's schema creation never race ("table ... already exists")."""
+    tracking.ensure_store(uri)
+    return MlflowClient(uri)
 
 
 def watch(runs: Callable[[], list], condition: Callable[[list], object], action: Callable[[object], None],

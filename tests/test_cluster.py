@@ -26,7 +26,7 @@ from pipeline.data.xor import build as build_xor
 from pipeline.errors import ConfigError, ResourceError
 from pipeline.paths import processed_dir
 from pipeline.search import search
-from tests.clusters import RayCluster, mlflow_server, watch
+from tests.clusters import RayCluster, mlflow_server, store_client, watch
 from tests.conftest import default_params, write_params
 
 pytestmark = pytest.mark.slow
@@ -80,7 +80,7 @@ def _children(uri: str, parent: str) -> list:
 
 
 def _search_parents(uri: str) -> list:
-    client = MlflowClient(uri)
+    client = store_client(uri)
     exp = client.get_experiment_by_name("ctsweep/xor")
     return [r for r in client.search_runs([exp.experiment_id], filter_string="tags.stage = 'search'")
             if tracking.PARENT_TAG not in r.data.tags] if exp else []

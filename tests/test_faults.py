@@ -24,7 +24,7 @@ from pipeline.errors import OutputError
 from pipeline.io import check_writable, write_json
 from pipeline.paths import processed_dir, search_result_path
 from pipeline.search import search
-from tests.clusters import watch
+from tests.clusters import store_client, watch
 
 EPOCHS = 5
 
@@ -45,7 +45,7 @@ def _params(**change) -> SearchParams:
 
 
 def _children(root: Path, dataset: str) -> list:
-    client = MlflowClient(tracking.tracking_uri(root))
+    client = store_client(tracking.tracking_uri(root))
     exp = client.get_experiment_by_name(f"ctsweep/{dataset}")
     return [r for r in client.search_runs([exp.experiment_id]) if tracking.PARENT_TAG in r.data.tags]
 

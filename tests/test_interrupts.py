@@ -21,7 +21,7 @@ from pipeline.data.contract import save_dataset
 from pipeline.data.xor import build as build_xor
 from pipeline.paths import processed_dir, search_result_path
 from pipeline.search import COMPLETE_TAG
-from tests.clusters import watch
+from tests.clusters import store_client, watch
 from tests.conftest import default_params, write_params
 
 pytestmark = pytest.mark.slow
@@ -52,7 +52,7 @@ def _driver(root: Path) -> subprocess.Popen:
 
 
 def _runs(root: Path) -> list:
-    client = MlflowClient(tracking.tracking_uri(root))
+    client = store_client(tracking.tracking_uri(root))
     exp = client.get_experiment_by_name("ctsweep/xor")
     return list(client.search_runs([exp.experiment_id], max_results=1000)) if exp else []
 
