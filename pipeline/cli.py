@@ -134,7 +134,7 @@ def final(dataset: str, family: str, root: Path = ROOT) -> None:
 @_stage
 def report(root: Path = ROOT) -> None:
     """Write reports/results.md, reports/metrics.json and the plots."""
-    from pipeline.report import report as run
+    from pipeline.reporting.report import report as run
 
     base, params = _params(root)
     run(base, params.datasets, params.families)

@@ -29,11 +29,11 @@ from pipeline.config import PromoteParams
 from pipeline.errors import CtsweepError
 from pipeline.io import write_json
 from pipeline.paths import final_result_path, reports_dir, require
-from pipeline.provenance import git_commit
-from pipeline.report import best_family
-from pipeline.report_tables import fmt
+from pipeline.reporting.provenance import git_commit
+from pipeline.reporting.report import best_family
+from pipeline.reporting.tables import fmt
 from pipeline.schema import FINAL_FOR_PROMOTE, read_record
-from pipeline.stats import welch
+from pipeline.reporting.stats import welch
 
 ALIAS = "champion"
 SUMMARY = ("dataset", "family", "metric", "mode", "val_mean", "val_std", "test_mean", "test_std", "n_seeds",

@@ -12,7 +12,7 @@ from pipeline.config import load_params
 from pipeline.data.contract import METRIC_MODES
 from pipeline.errors import ConfigError
 from pipeline.models import MODELS
-from pipeline.references import Figure, References, load_references
+from pipeline.reporting.references import Figure, References, load_references
 from tests.conftest import REPO
 
 # The numbering of each source's result tables (and text sections with figures), as printed in the

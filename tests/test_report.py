@@ -13,8 +13,8 @@ import pytest
 from pipeline.errors import ConfigError, MissingInputError
 from pipeline.final import _summary
 from pipeline.paths import final_result_path, search_result_path
-from pipeline.report import best_family, report
-from pipeline.stats import welch
+from pipeline.reporting.report import best_family, report
+from pipeline.reporting.stats import welch
 
 
 def _write(path: Path, data: dict) -> None:

@@ -7,7 +7,7 @@ import math
 import pytest
 from scipy import stats as sps
 
-from pipeline.stats import kendall_tau, ranking, welch
+from pipeline.reporting.stats import kendall_tau, ranking, welch
 
 
 def test_welch_matches_the_hand_calculation() -> None:

@@ -9,7 +9,7 @@
     reports/curves/<dataset>.csv   validation metric per epoch, mean over seeds      (DVC plots)
     reports/lr/<dataset>.csv       validation metric against learning rate           (DVC plots)
     reports/bars/<dataset>.csv     test mean ± std per family                        (DVC plots)
-    reports/plots/*.png            the same as pictures (pipeline.plots)
+    reports/plots/*.png            the same as pictures (pipeline.reporting.plots)
 
 The best family per dataset is chosen on the validation metric only. The report and the plots
 of a dataset are also logged as artifacts (folder `report`) of that dataset's final runs.
@@ -24,13 +24,14 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from pipeline import plots, tracking
+from pipeline import tracking
+from pipeline.reporting import plots
 from pipeline.errors import MissingInputError
 from pipeline.io import write_json, write_text
 from pipeline.paths import final_result_path, reports_dir, require, search_result_path
-from pipeline.provenance import stamp
-from pipeline.references import References, load_references
-from pipeline.report_tables import (provenance_lines, references_lines, results_table, robustness_lines,
+from pipeline.reporting.provenance import stamp
+from pipeline.reporting.references import References, load_references
+from pipeline.reporting.tables import (provenance_lines, references_lines, results_table, robustness_lines,
                                     sensitivity_lines, welch_vs_best)
 from pipeline.schema import FINAL_FOR_REPORT, SEARCH_FOR_REPORT, read_record
 from pipeline.staging import staged

@@ -10,8 +10,8 @@ import json
 import math
 from typing import Any
 
-from pipeline.references import Figure, References
-from pipeline.stats import Welch, kendall_tau, ranking, welch
+from pipeline.reporting.references import Figure, References
+from pipeline.reporting.stats import Welch, kendall_tau, ranking, welch
 
 ALPHA = 0.05  # "significantly different" in the table's wording
 

@@ -1,0 +1,7 @@
+"""The report and what reads it: the `report` stage (results.md, metrics.json, plot data and PNGs)
+built from the final and search records, its Markdown tables, plots, statistics (Welch's t-test,
+ranking stability), the papers' reference figures, the provenance stamp, the marks that say
+which cells of a results table cannot be trusted (not converged, best configuration at the edge
+of its space, mostly failed searches, failed cells) and `ctsweep status`, which reads those
+marks back from reports/metrics.json. `promote` uses the same marks to refuse a candidate.
+"""
