@@ -99,6 +99,9 @@ class SearchParams(_Strict):
     trial_seed: Seed = Field(1000, description="training seed of every search trial")
     trial_time_limit_s: float | None = Field(
         None, gt=0, le=7 * 86400, description="wall-clock limit per trial (at most a week); checked between batches")
+    family_time_limit_s: dict[Name, Annotated[float, Field(gt=0, le=7 * 86400)]] = Field(
+        default_factory=dict, description="per-family `trial_time_limit_s`, e.g. {ode_rnn_tw: 120} (a slow family's "
+                                          "trials need more time for the same epochs)")
     asha: AshaParams = AshaParams()
     resources: Resources = Resources()
     family_resources: dict[Name, ResourceOverride] = Field(
@@ -115,17 +118,38 @@ class SearchParams(_Strict):
         "ray_results", min_length=1, max_length=4096, description="Ray Tune storage: relative to the root, an absolute path (on a shared "
                                    "filesystem for a multi-node cluster) or a URI such as s3://bucket/ctsweep")
 
-    _family_names = field_validator("family_resources")(_known_families)
+    _family_names = field_validator("family_resources", "family_time_limit_s")(_known_families)
+
+    @model_validator(mode="after")
+    def _rungs(self) -> "SearchParams":
+        # ASHA's first rung is at grace_period epochs; past max_t (`epochs`) there is no rung at all.
+        if self.asha.grace_period > self.epochs:
+            raise ValueError(f"asha.grace_period is {self.asha.grace_period}, more than search.epochs "
+                             f"({self.epochs}): ASHA cannot split that budget into rungs; allowed: 1 to {self.epochs} "
+                             f"(equal to `epochs`: no early stops)")
+        return self
 
     def resources_for(self, family: str) -> Resources:
         """`resources` with the family's overrides applied."""
         return _resources_for(self.resources, self.family_resources, family)
 
+    def time_limit_for(self, family: str) -> float | None:
+        """The family's wall-clock limit per trial (`family_time_limit_s`, else `trial_time_limit_s`)."""
+        return self.family_time_limit_s.get(family, self.trial_time_limit_s)
+
 
 class FinalParams(_Strict):
     seeds: list[Seed] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1, max_length=100,
                               description="at most 100 distinct seeds")
-    epochs: int = Field(10, ge=1, le=MAX_EPOCHS)
+    epochs: int = Field(10, ge=1, le=MAX_EPOCHS, description="maximum epochs per seed (early stopping may end it "
+                                                             "sooner); the best validation epoch's weights are kept")
+    patience: int | None = Field(
+        None, ge=1, le=MAX_EPOCHS, description="a seed stops after this many epochs without a better validation score "
+                                             "(at most `epochs`; null, the default: every epoch runs); a family whose "
+                                             "searched configuration sets its own `patience` (its paper's protocol) keeps it")
+    time_limit_s: float | None = Field(
+        None, gt=0, le=7 * 86400, description="wall-clock cap per seed in seconds (at most a week), checked after "
+                                              "each epoch; it must allow at least one epoch as the search measured it")
     lr_factors: list[float] = Field(
         default_factory=list, max_length=16, description="robustness: also rerun the best config with its learning "
                                                          "rate times each factor (at most 16), on every seed (e.g. [0.8, 1.25])")
@@ -144,6 +168,10 @@ class FinalParams(_Strict):
         if any(f <= 0 or f == 1 for f in self.lr_factors) or len(set(self.lr_factors)) != len(self.lr_factors):
             raise ValueError(f"lr_factors must be distinct positive factors other than 1 (the best config "
                              f"itself always runs), got {_few(self.lr_factors, 16)}")
+        shortest = min([self.epochs, *self.family_epochs.values()])
+        if self.patience is not None and self.patience > shortest:
+            raise ValueError(f"patience is {self.patience}, more than the {shortest} epochs a seed may train "
+                             f"(`epochs` or `family_epochs`); allowed: 1 to {shortest}, or null for no early stopping")
         if self.resources.workers > 1 or any(o.workers not in (None, 1) for o in self.family_resources.values()):
             raise ValueError("final seeds train in one process each: `workers` must be 1 here "
                              "(the seeds themselves run in parallel)")

@@ -1,7 +1,12 @@
 """The `final` stage: retrain a family's best configuration over fresh seeds, spread over Ray.
 
-Each seed trains for `final.epochs` (or the family's `final.family_epochs`), keeps the weights of
-its best validation epoch and is scored on validation and test with them. The seed with the best
+Each seed trains until validation stops improving (`final.patience` epochs without a better
+score; a family whose searched configuration sets its own `patience` keeps it), for at most
+`final.epochs` (or the family's `final.family_epochs`) and within `final.time_limit_s` of wall
+clock, keeps the weights of its best validation epoch and is scored on validation and test with
+them; the record says per seed why it stopped, so the report can mark a family still improving
+when its budget ran out. A family whose every search trial failed is recorded as failed and
+skipped (exit 0), so one family never stops `dvc repro`. The seed with the best
 validation score is logged as an MLflow pyfunc model, the candidate that `promote` may register.
 
 Robustness (`final.lr_factors`): the same configuration with its learning rate multiplied by
@@ -12,6 +17,8 @@ report can say whether the ranking of the families survives a small change of le
 from __future__ import annotations
 
 import statistics
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +58,8 @@ class SeedJob:
     experiment_id: str
     parent_run_id: str
     lr_factor: float = 1.0  # 1: the searched configuration itself; else a robustness rerun
+    patience: int | None = None  # epochs without a better validation score before the seed stops
+    time_limit_s: float | None = None  # wall-clock cap on the seed's training
 
     @property
     def run_name(self) -> str:
@@ -70,27 +79,21 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
     client = tracking.MlflowClient(job.tracking_uri)
     run_id = tracking.start_run(client, job.experiment_id, job.run_name, job.tags, parent_run_id=job.parent_run_id)
     tracking.log_params(client, run_id, {**job.config, "seed": job.seed, "epochs": job.epochs,
-                                         "lr_factor": job.lr_factor})
+                                         "lr_factor": job.lr_factor, "final_patience": job.patience,
+                                         "time_limit_s": job.time_limit_s})
     try:
         train_cfg, model_cfg = split_config(job.config)
+        if job.patience is not None and not train_cfg.get("patience"):  # a family's own protocol keeps its patience
+            train_cfg = {**train_cfg, "patience": job.patience}
         dataset = local_dataset(data)
         trainer = Trainer(job.family, model_cfg, TrainSettings(**train_cfg), dataset, job.seed, device_for(job.gpus),
                           job.epochs)
-        curve, best_val, best_state, seconds = [], None, None, []
-        while trainer.epoch < job.epochs:
-            m = trainer.run_epoch()
-            tracking.log_metrics(client, run_id, m, step=trainer.epoch)
-            curve.append(m["val_metric"])
-            seconds.append(m["epoch_seconds"])
-            if is_better(m["val_metric"], best_val, dataset.meta.mode):
-                best_val, best_state = m["val_metric"], trainer.weights()
-            if trainer.stopped_early:  # `patience` epochs without a better validation score
-                tracking.set_tags(client, run_id, {"patience_stopped": "true"})
-                break
+        curve, seconds, best_state, stop = _train(trainer, job, client, run_id, dataset.meta.mode)
+        tracking.set_tags(client, run_id, {final_resume.STOP_TAG: stop})
         trainer.model.load_state_dict(best_state)  # copies onto the model's device
         result = {"seed": job.seed, "val": trainer.evaluate("val"), "test": trainer.evaluate("test"),
                   "num_params": trainer.model.num_parameters(), "seconds_per_epoch": statistics.median(seconds),
-                  "curve": curve, "mlflow_run_id": run_id}
+                  "curve": curve, "mlflow_run_id": run_id, "stop": stop}
         tracking.log_metrics(client, run_id, {"final_val": result["val"], "final_test": result["test"],
                                               "num_params": result["num_params"],
                                               "seconds_per_epoch": result["seconds_per_epoch"]})
@@ -103,6 +106,34 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
     if job.lr_factor != 1.0:  # robustness reruns only report scores: no weights through the object store
         return {**result, "lr_factor": job.lr_factor}
     return {**result, "lr_factor": job.lr_factor, "state_dict": best_state}
+
+
+def _train(trainer: Trainer, job: SeedJob, client: tracking.MlflowClient, run_id: str,
+           mode: str) -> tuple[list[float], list[float], dict[str, Any], str]:
+    """Train until early stopping, `job.epochs` or the wall-clock cap, whichever comes first:
+    (validation curve, training seconds per epoch, best-validation weights, why it stopped).
+
+    The cap is checked before each epoch against the slowest epoch so far (training and
+    validation), so a seed stops before it would run past `job.time_limit_s`, never midway."""
+    curve: list[float] = []
+    seconds: list[float] = []
+    best_val, best_state, slowest = None, None, 0.0
+    started = time.monotonic()
+    while trainer.epoch < job.epochs:
+        if job.time_limit_s is not None and curve and time.monotonic() - started + slowest > job.time_limit_s:
+            return curve, seconds, best_state, "time_limit"
+        epoch_start = time.monotonic()
+        m = trainer.run_epoch()
+        slowest = max(slowest, time.monotonic() - epoch_start)
+        tracking.log_metrics(client, run_id, m, step=trainer.epoch)
+        curve.append(m["val_metric"])
+        seconds.append(m["epoch_seconds"])
+        if is_better(m["val_metric"], best_val, mode):
+            best_val, best_state = m["val_metric"], trainer.weights()
+        if trainer.stopped_early:  # `patience` epochs without a better validation score
+            tracking.set_tags(client, run_id, {"patience_stopped": "true"})
+            return curve, seconds, best_state, "patience"
+    return curve, seconds, best_state, "max_epochs"
 
 
 def _spread(jobs: list[SeedJob], data: Dataset, res: Resources) -> list[dict[str, Any]]:
@@ -147,6 +178,8 @@ def _final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, A
     data_dir = require(processed_dir(root, dataset), f"ctsweep prepare {dataset}")
     producer = f"ctsweep search {dataset} {family}"
     searched = read_record(require(search_result_path(root, dataset, family), producer), producer, SEARCH_FOR_FINAL)
+    if searched.get("status") == "failed":  # nothing to evaluate: say so, and let the other families go on
+        return _skip_failed(root, dataset, family, searched)
     if searched["trial_seed"] in p.seeds:
         raise ConfigError(f"params.yaml: key `final.seeds`: {p.seeds} includes the search seed "
                           f"{searched['trial_seed']}; final seeds must be fresh")
@@ -154,12 +187,14 @@ def _final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, A
     data = load_dataset(data_dir)  # a corrupt split fails now, before Ray and MLflow
     _check_protocol(searched["best_config"], data.meta, p.epochs, dataset, family)
     client, exp_id = tracking.experiment_id(root, dataset)
+    _check_time_limit(client, searched, p, dataset, family)
     parent, resumed = final_resume.open_parent(
         client, exp_id, dataset, family, final_resume.fingerprint(dataset, family, searched, p, data_dir),
-        {**searched["best_config"], "seeds": p.seeds, "epochs": p.epochs, "lr_factors": p.lr_factors})
+        {**searched["best_config"], "seeds": p.seeds, "epochs": p.epochs, "final_patience": p.patience,
+         "time_limit_s": p.time_limit_s, "lr_factors": p.lr_factors})
     res = p.resources_for(family)
     jobs = [SeedJob(dataset, family, str(data_dir), scaled_lr(searched["best_config"], factor), s, p.epochs,
-                    res.cpu, res.gpu, tracking.tracking_uri(root), exp_id, parent, factor)
+                    res.cpu, res.gpu, tracking.tracking_uri(root), exp_id, parent, factor, p.patience, p.time_limit_s)
             for factor in (1.0, *p.lr_factors) for s in p.seeds]
     try:
         kept = final_resume.finished_seeds(client, exp_id, parent) if resumed else {}
@@ -193,12 +228,47 @@ def _final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, A
     return record
 
 
+def _skip_failed(root: Path, dataset: str, family: str, searched: dict[str, Any]) -> dict[str, Any]:
+    """The record of a family whose every search trial failed: no seeds, its reasons, exit 0."""
+    record = {"status": "failed", "dataset": dataset, "family": family, "metric": searched["metric"],
+              "mode": searched["mode"], "n_trials": searched["n_trials"], "n_failed": searched["n_failed"],
+              "errors": searched.get("errors", []), "reason": "every search trial failed"}
+    write_json(final_result_path(root, dataset, family), record)
+    reasons = "; ".join(record["errors"][:3]) or "no reason recorded"
+    print(f"ctsweep: warning: {dataset}/{family}: every search trial failed ({reasons}); nothing to evaluate, "
+          f"recorded as failed in {final_result_path(root, dataset, family).relative_to(root)}", file=sys.stderr)
+    return record
+
+
+def _measured_epoch_s(client: tracking.MlflowClient, searched: dict[str, Any]) -> float | None:
+    """The median training seconds per epoch of the search trial that found the best configuration."""
+    best = [t for t in searched.get("trials", []) if t.get("config") == searched["best_config"]
+            and t.get("mlflow_run_id")]
+    if not best:
+        return None
+    seconds = [m.value for m in client.get_metric_history(best[0]["mlflow_run_id"], "epoch_seconds")]
+    return statistics.median(seconds) if seconds else None
+
+
+def _check_time_limit(client: tracking.MlflowClient, searched: dict[str, Any], p: FinalParams, dataset: str,
+                      family: str) -> None:
+    """A cap below one epoch would stop every seed before it trained: refuse it before Ray starts."""
+    if p.time_limit_s is None:
+        return
+    epoch_s = _measured_epoch_s(client, searched)
+    if epoch_s is not None and p.time_limit_s < epoch_s:
+        raise ConfigError(f"params.yaml: key `final.time_limit_s`: {p.time_limit_s:g} s is below one epoch of "
+                          f"{dataset}/{family} as its search measured it ({epoch_s:.3g} s); allowed: at least "
+                          f"{epoch_s:.3g}, or null for no cap")
+
+
 def _evaluate(root: Path, dataset: str, family: str, searched: dict[str, Any], p: FinalParams,
               results: list[dict[str, Any]], data: Dataset) -> dict[str, Any]:
     """The final record from every seed's result; logs the best nominal seed's model for promotion."""
     runs = [r for r in results if r["lr_factor"] == 1.0]
     record = _record(dataset, family, searched, runs, p)
-    record["robustness"] = [_robustness(searched["best_config"], f, [r for r in results if r["lr_factor"] == f])
+    record["robustness"] = [_robustness(searched["best_config"], searched["mode"], f,
+                                        [r for r in results if r["lr_factor"] == f])
                             for f in p.lr_factors]
     best = max(runs, key=lambda r: r["val"]) if searched["mode"] == "max" else min(runs, key=lambda r: r["val"])
     uri = tracking.tracking_uri(root)
@@ -215,12 +285,22 @@ def scaled_lr(config: dict[str, Any], factor: float) -> dict[str, Any]:
     return config if factor == 1.0 else {**config, "lr": config["lr"] * factor}
 
 
-def _robustness(config: dict[str, Any], factor: float, runs: list[dict[str, Any]]) -> dict[str, Any]:
+def _robustness(config: dict[str, Any], mode: str, factor: float, runs: list[dict[str, Any]]) -> dict[str, Any]:
     val_mean, val_std = _summary([r["val"] for r in runs])
     test_mean, test_std = _summary([r["test"] for r in runs])
     return {"lr_factor": factor, "lr": config["lr"] * factor, "n_seeds": len(runs),
             "val_mean": val_mean, "val_std": val_std, "test_mean": test_mean, "test_std": test_std,
-            "seeds": [{k: r[k] for k in ("seed", "val", "test", "curve", "mlflow_run_id")} for r in runs]}
+            "seeds": [{**{k: r[k] for k in ("seed", "val", "test", "curve", "mlflow_run_id")},
+                       **stopping(r, mode)} for r in runs]}
+
+
+def stopping(result: dict[str, Any], mode: str) -> dict[str, Any]:
+    """How a seed's training ended: {"stop": "patience"|"max_epochs"|"time_limit",
+    "best_epoch": 1-based epoch of its best validation score, "epochs_trained"}."""
+    curve = result["curve"]
+    best = max(range(len(curve)), key=lambda i: (curve[i], -i)) if mode == "max" else \
+        min(range(len(curve)), key=lambda i: (curve[i], i))
+    return {"stop": result.get("stop", "max_epochs"), "best_epoch": best + 1, "epochs_trained": len(curve)}
 
 
 def _record(dataset: str, family: str, searched: dict[str, Any], runs: list[dict[str, Any]],
@@ -229,11 +309,12 @@ def _record(dataset: str, family: str, searched: dict[str, Any], runs: list[dict
     test_mean, test_std = _summary([r["test"] for r in runs])
     keep = ("seed", "val", "test", "num_params", "seconds_per_epoch", "curve", "mlflow_run_id")
     return {
-        "dataset": dataset, "family": family, "metric": searched["metric"], "mode": searched["mode"],
-        "config": searched["best_config"], "epochs": p.epochs, "n_seeds": len(runs),
+        "status": "ok", "dataset": dataset, "family": family, "metric": searched["metric"], "mode": searched["mode"],
+        "config": searched["best_config"], "epochs": p.epochs, "max_epochs": p.epochs, "patience": p.patience,
+        "time_limit_s": p.time_limit_s, "space": searched.get("space"), "n_seeds": len(runs),
         "val_mean": val_mean, "val_std": val_std, "test_mean": test_mean, "test_std": test_std,
         "params": runs[0]["num_params"],
         "seconds_per_epoch": statistics.median(r["seconds_per_epoch"] for r in runs),
         "n_trials": searched["n_trials"], "n_failed": searched["n_failed"],
-        "seeds": [{k: r[k] for k in keep} for r in runs],
+        "seeds": [{**{k: r[k] for k in keep}, **stopping(r, searched["mode"])} for r in runs],
     }

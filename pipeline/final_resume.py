@@ -33,7 +33,7 @@ def fingerprint(dataset: str, family: str, searched: dict[str, Any], p: FinalPar
     """What a final evaluation's results depend on; equal fingerprints may share finished seeds."""
     blob = json.dumps({"dataset": dataset, "family": family, "config": searched["best_config"],
                        "search_run": searched.get("mlflow_parent_run_id"), "seeds": p.seeds, "epochs": p.epochs,
-                       "lr_factors": p.lr_factors, "data": data_fingerprint(data_dir)}, sort_keys=True, default=str)
+                       "patience": p.patience, "time_limit_s": p.time_limit_s, "lr_factors": p.lr_factors, "data": data_fingerprint(data_dir)}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -69,6 +69,9 @@ def _key(run: Any) -> tuple[int, str] | None:
         return None
 
 
+STOP_TAG = "stop"  # why a seed's training ended: "patience", "max_epochs" or "time_limit"
+
+
 def finished_seeds(client: tracking.MlflowClient, exp_id: str, parent: str) -> dict[tuple[int, str], dict[str, Any]]:
     """{seed_key: the seed's result as train_seed returns it, without weights} for every
     FINISHED child run that logged all its scores (a nominal seed also its weights)."""
@@ -85,7 +88,8 @@ def finished_seeds(client: tracking.MlflowClient, exp_id: str, parent: str) -> d
         found[key] = {"seed": key[0], "lr_factor": float(key[1]), "val": metrics["final_val"],
                       "test": metrics["final_test"], "num_params": int(metrics["num_params"]),
                       "seconds_per_epoch": metrics["seconds_per_epoch"],
-                      "curve": [curve[s] for s in sorted(curve)], "mlflow_run_id": run.info.run_id}
+                      "curve": [curve[s] for s in sorted(curve)], "mlflow_run_id": run.info.run_id,
+                      "stop": run.data.tags.get(STOP_TAG, "max_epochs")}
     return found
 
 

@@ -187,7 +187,7 @@ def _run(root: Path, dataset: str, family: str, p: SearchParams, res: Resources,
     if not resumed:
         tracking.log_params(client, parent, {"search." + k: v for k, v in p.model_dump().items()})
     ctx = TrialContext(dataset, family, str(data_dir), p.epochs, p.trial_seed, res.cpu, tracking.tracking_uri(root),
-                       exp_id, parent, p.trial_time_limit_s, res.gpu, res.workers)
+                       exp_id, parent, p.time_limit_for(family), res.gpu, res.workers)
     with graceful_tune() as interrupt:  # from here a signal stops Tune gracefully; checked below
         if resumed:
             tuner = tune.Tuner.restore(path, trainable=_trainable(ctx, data, res), resume_unfinished=True,

@@ -1,0 +1,132 @@
+"""The final stage's budget (issue 16): early stopping on validation with a patience, a maximum
+number of epochs and a wall-clock cap per seed; why each seed stopped, in the record; a family
+whose every search trial failed is recorded as failed and skipped; budgets no seed could use are
+refused before Ray starts. Real local Ray and a real SQLite MLflow store in a temporary folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline import tracking
+from pipeline.config import FinalParams, XorParams, load_params
+from pipeline.data.contract import save_dataset
+from pipeline.data.xor import build as build_xor
+from pipeline.errors import ConfigError
+from pipeline.final import final, stopping
+from pipeline.paths import final_result_path, processed_dir, search_result_path
+from tests.conftest import default_params, write_params
+
+# A small CfC (Hasani et al. 2022, Table S1's optimiser and schedule) that trains in well under a
+# second per epoch here.
+CONFIG = {"lr": 0.01, "optimizer": "rmsprop", "lr_schedule": "none", "grad_clip": 1.0, "weight_decay": 0.0,
+          "batch_size": 64, "hidden_size": 16, "backbone_units": 16, "backbone_layers": 1,
+          "backbone_activation": "relu", "backbone_dropout": 0.0, "time_scale": 1.0, "init_gain": 1.0}
+
+
+@pytest.fixture
+def root(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    save_dataset(processed_dir(project, "xor"), build_xor("xor", XorParams(kind="xor", n_train=200, n_test=50, seed=3)))
+    return project
+
+
+def _searched(root: Path, config: dict, **extra) -> None:
+    record = {"dataset": "xor", "family": "cfc", "metric": "accuracy", "mode": "max", "best_config": config,
+              "best_val": 0.5, "trial_seed": 1000, "n_trials": 1, "n_failed": 0, "status": "ok", "trials": [],
+              **extra}
+    path = search_result_path(root, "xor", "cfc")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+
+
+def _final(root: Path, **budget) -> dict:
+    return final(root, "xor", "cfc", FinalParams(seeds=[1, 2], lr_factors=[], **budget))
+
+
+def test_a_seed_whose_validation_stops_improving_stops_after_patience_epochs(root: Path) -> None:
+    # A learning rate of 1e-12 leaves the weights as they were: validation never beats epoch 1.
+    _searched(root, {**CONFIG, "lr": 1e-12})
+    record = _final(root, epochs=20, patience=2)
+    assert record["status"] == "ok" and record["patience"] == 2 and record["max_epochs"] == 20
+    for seed in record["seeds"]:
+        assert seed["stop"] == "patience" and seed["epochs_trained"] == 3 and seed["best_epoch"] == 1
+        assert len(seed["curve"]) == 3
+    client = tracking.MlflowClient(tracking.tracking_uri(root))
+    run = client.get_run(record["seeds"][0]["mlflow_run_id"])
+    assert run.data.tags["stop"] == "patience" and run.info.status == "FINISHED"
+    assert json.loads(final_result_path(root, "xor", "cfc").read_text())["seeds"][0]["stop"] == "patience"
+
+
+def test_without_patience_every_epoch_runs_and_the_best_epoch_is_kept(root: Path) -> None:
+    _searched(root, CONFIG)
+    record = _final(root, epochs=4)
+    assert record["patience"] is None
+    for seed in record["seeds"]:
+        assert seed["stop"] == "max_epochs" and seed["epochs_trained"] == 4
+        assert seed["curve"][seed["best_epoch"] - 1] == max(seed["curve"])
+        assert seed["val"] == pytest.approx(max(seed["curve"]), abs=1e-6)  # the best epoch's weights were scored
+
+
+def test_the_wall_clock_cap_stops_a_seed_between_epochs(root: Path) -> None:
+    # No epoch fits in 1 ms: the first always runs (nothing to keep otherwise), the second would overrun.
+    _searched(root, CONFIG)
+    record = _final(root, epochs=50, time_limit_s=0.001)
+    assert record["time_limit_s"] == 0.001
+    assert [s["stop"] for s in record["seeds"]] == ["time_limit", "time_limit"]
+    assert [s["epochs_trained"] for s in record["seeds"]] == [1, 1]
+
+
+def test_a_cap_below_one_measured_epoch_is_refused_before_ray_starts(root: Path) -> None:
+    client, exp_id = tracking.experiment_id(root, "xor")
+    run_id = tracking.start_run(client, exp_id, "trial", {"stage": "search"})
+    tracking.log_metrics(client, run_id, {"epoch_seconds": 2.0}, step=1)
+    tracking.log_metrics(client, run_id, {"epoch_seconds": 2.5}, step=2)
+    tracking.finish(client, run_id)
+    _searched(root, CONFIG, trials=[{"config": CONFIG, "best_val": 0.5, "mlflow_run_id": run_id}])
+    with pytest.raises(ConfigError, match=r"final.time_limit_s.*1 s is below one epoch of xor/cfc.*2.25"):
+        _final(root, epochs=5, time_limit_s=1)
+    assert not final_result_path(root, "xor", "cfc").exists()
+
+
+def test_a_family_whose_every_search_trial_failed_is_recorded_as_failed_and_skipped(
+        root: Path, capsys: pytest.CaptureFixture) -> None:
+    _searched(root, None, status="failed", best_val=None, n_trials=3, n_failed=3,
+              errors=["first epoch exceeded the trial time limit of 0.001 s (3 trials)"])
+    record = _final(root, epochs=5)
+    assert record["status"] == "failed" and record["n_failed"] == 3 and "time limit" in record["errors"][0]
+    assert json.loads(final_result_path(root, "xor", "cfc").read_text()) == record
+    err = capsys.readouterr().err
+    assert err.startswith("ctsweep: warning: xor/cfc: every search trial failed") and "time limit" in err
+
+
+@pytest.mark.parametrize("final_section, message", [
+    ({"epochs": 5, "patience": 0}, "key `final.patience`"),
+    ({"epochs": 5, "patience": 6}, "patience is 6, more than the 5 epochs"),
+    ({"epochs": 50, "family_epochs": {"cfc": 4}, "patience": 10}, "more than the 4 epochs"),
+    ({"epochs": 5, "time_limit_s": 0}, "key `final.time_limit_s`"),
+])
+def test_budgets_no_seed_could_use_are_refused_in_one_line(project: Path, final_section: dict, message: str) -> None:
+    raw = default_params()
+    raw["final"] = {**raw["final"], **final_section}
+    write_params(project, raw)
+    with pytest.raises(ConfigError, match=message) as caught:
+        load_params(project / "params.yaml")
+    assert "\n" not in str(caught.value)
+
+
+def test_a_search_budget_asha_cannot_split_into_rungs_is_refused(project: Path) -> None:
+    raw = default_params()
+    raw["search"] = {**raw["search"], "epochs": 4, "asha": {"grace_period": 5}}
+    write_params(project, raw)
+    with pytest.raises(ConfigError, match=r"key `search`.*grace_period is 5, more than search.epochs \(4\)"):
+        load_params(project / "params.yaml")
+
+
+def test_the_best_epoch_is_the_first_best_in_either_direction() -> None:
+    assert stopping({"curve": [0.5, 0.7, 0.7, 0.6]}, "max") == {"stop": "max_epochs", "best_epoch": 2,
+                                                                 "epochs_trained": 4}
+    assert stopping({"curve": [3.0, 1.0, 1.0], "stop": "patience"}, "min")["best_epoch"] == 2
