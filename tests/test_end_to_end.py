@@ -35,7 +35,7 @@ def _tiny_params() -> dict:
     raw.update(datasets=[DATASET], families=FAMILIES)
     raw["search"].update(num_samples=TRIALS, epochs=2, n_startup_trials=1)
     raw["search"]["asha"]["grace_period"] = 1
-    raw["final"].update(seeds=SEEDS, epochs=2, lr_factors=LR_FACTORS)
+    raw["final"].update(seeds=SEEDS, epochs=2, patience=1, lr_factors=LR_FACTORS)
     raw["promote"]["seeds_required"] = len(SEEDS)
     return raw
 
