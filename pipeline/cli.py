@@ -112,6 +112,10 @@ def search(
     _check(family, params.families, "families")
     record = run(base, dataset, family, params.search, fresh=fresh)
     resumed = " (resumed)" if record.get("resumed") else ""
+    if record.get("status") == "failed":  # recorded, not raised: one family must not stop `dvc repro`
+        typer.echo(f"{dataset}/{family}: every trial failed ({record['n_trials']} trials): "
+                   f"{'; '.join(record.get('errors', [])[:3]) or 'no reason recorded'}{resumed}")
+        return
     typer.echo(f"{dataset}/{family}: best val {record['metric']} {record['best_val']:.4f} "
                f"({record['n_trials']} trials, {record['n_failed']} failed){resumed}")
 
@@ -127,18 +131,40 @@ def final(dataset: str, family: str, root: Path = ROOT) -> None:
     _check(dataset, params.datasets, "datasets")
     _check(family, params.families, "families")
     r = run(base, dataset, family, params.final)
+    if r.get("status") == "failed":
+        typer.echo(f"{dataset}/{family}: not evaluated: {r.get('reason', 'every search trial failed')}")
+        return
     typer.echo(f"{dataset}/{family}: test {r['test_mean']:.4f} ± {r['test_std']:.4f} over {r['n_seeds']} seeds")
 
 
 @app.command()
 @_stage
 def report(root: Path = ROOT) -> None:
-    """Write reports/results.md, reports/metrics.json and the plots."""
+    """Write reports/results.md, reports/metrics.json and the plots. The last line names the
+    failed and the not-converged cells, if any."""
     from pipeline.reporting.report import report as run
+    from pipeline.reporting.status import cells, summary
 
     base, params = _params(root)
-    run(base, params.datasets, params.families)
+    metrics = run(base, params.datasets, params.families)
     typer.echo((base / "reports" / "results.md").read_text())
+    last = summary(cells(metrics), "ctsweep report")
+    if last:
+        typer.echo(last)
+
+
+@app.command("status")
+@_stage
+def status_command(root: Path = ROOT) -> None:
+    """One line per failed or marked cell of reports/metrics.json (not converged, best configuration
+    at the edge of its space, mostly failed search); exit status 1 if a cell failed, else 0."""
+    from pipeline.reporting.status import status
+
+    lines, code = status(project_root(root))
+    for line in lines:
+        typer.echo(line)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()
@@ -147,7 +173,8 @@ def promote(
     dataset: Optional[str] = typer.Option(None, help="Only this dataset (all of params.yaml `datasets` if omitted)."),
     family: Optional[str] = typer.Option(None, help="Promote this family by hand (needs --dataset): the alias "
                                                     "moves whatever the rule says."),
-    force: bool = typer.Option(False, "--force", help="Move the alias to the candidate even if the rule says no."),
+    force: bool = typer.Option(False, "--force", help="Move the alias to the candidate even if the rule says no "
+                                                      "or the candidate is marked not converged."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show champion and candidate; register and move nothing."),
     root: Path = ROOT,
 ) -> None:
@@ -169,13 +196,20 @@ def promote(
                                      dry_run=dry_run) for d in names]
     for d in decisions:
         typer.echo(d["table"])
-        if d["dry_run"]:
-            verdict = f"would {'move' if d['better_by_rule'] or d['by_hand'] else 'not move'} the alias"
-        elif d["alias_moved"]:
-            verdict = f"alias `champion` -> v{d['champion_version']}"
-        else:
-            verdict = f"alias stays on v{d['champion_version']}"
-        typer.echo(f"  decision: {verdict}: {d['reason']}{' (by hand)' if d['by_hand'] else ''}\n")
+        typer.echo(f"  decision: {_verdict(d)}: {d['reason']}{' (by hand)' if d['by_hand'] else ''}\n")
+    for d in decisions:  # last: what a refusal left unpromoted, for a reader of `dvc repro`'s output
+        if d.get("refused"):
+            typer.echo(f"ctsweep promote: {d['dataset']}: not promoted: {d['reason']}")
+
+
+def _verdict(d: dict[str, Any]) -> str:
+    if d.get("refused"):
+        return "alias " + (f"stays on v{d['champion_version']}" if d["champion_version"] else "not set")
+    if d["dry_run"]:
+        return f"would {'move' if d['better_by_rule'] or d['by_hand'] else 'not move'} the alias"
+    if d["alias_moved"]:
+        return f"alias `champion` -> v{d['champion_version']}" + (" (by --force)" if d.get("by_force") else "")
+    return f"alias stays on v{d['champion_version']}"
 
 
 @app.command()

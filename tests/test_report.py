@@ -33,7 +33,7 @@ def _final(family: str, vals: list[float], tests: list[float], lr: float = 1e-3,
             "config": {"lr": lr}, "val_mean": val_mean, "val_std": val_std, "test_mean": test_mean,
             "test_std": test_std, "params": 1234, "seconds_per_epoch": 0.5, "n_trials": 4, "n_failed": 1,
             "robustness": robustness,
-            "seeds": [{"seed": i, "val": v, "test": t, "curve": [0.5, v]} for i, (v, t) in enumerate(zip(vals, tests))]}
+            "seeds": [{"seed": i, "val": v, "test": t, "curve": [0.5, v], "stop": "patience"} for i, (v, t) in enumerate(zip(vals, tests))]}
 
 
 def _search(lrs: list[float], importance: dict | None = None) -> dict:

@@ -5,13 +5,17 @@
                                    s / epoch, trials (failed); learning-rate robustness; fANOVA
                                    importances; the papers cited; provenance (commit, dvc.lock, params)
     reports/metrics.json           dataset -> family -> {val_mean, val_std, test_mean, test_std, n_seeds,
-                                   metric, params, seconds_per_epoch, n_trials, n_failed, best, p_vs_best}
+                                   metric, params, seconds_per_epoch, n_trials, n_failed, best, p_vs_best,
+                                   status: "ok", marks: [{mark, detail}]}; a family whose every search
+                                   trial failed: {dataset, family, metric, n_trials, n_failed, errors,
+                                   status: "failed", marks}
     reports/curves/<dataset>.csv   validation metric per epoch, mean over seeds      (DVC plots)
     reports/lr/<dataset>.csv       validation metric against learning rate           (DVC plots)
     reports/bars/<dataset>.csv     test mean ± std per family                        (DVC plots)
     reports/plots/*.png            the same as pictures (pipeline.reporting.plots)
 
-The best family per dataset is chosen on the validation metric only. The report and the plots
+The best family per dataset is chosen on the validation metric only, among the families that did
+not fail; the marks of pipeline.reporting.marks flag the cells a reader should not trust. The report and the plots
 of a dataset are also logged as artifacts (folder `report`) of that dataset's final runs.
 """
 
@@ -25,40 +29,31 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import tracking
-from pipeline.reporting import plots
-from pipeline.errors import MissingInputError
 from pipeline.io import write_json, write_text
-from pipeline.paths import final_result_path, reports_dir, require, search_result_path
+from pipeline.paths import reports_dir
+from pipeline.reporting import plots
+from pipeline.reporting.marks import Mark, cell_marks, is_failed
 from pipeline.reporting.provenance import stamp
+from pipeline.reporting.records import collect, read_search, split
 from pipeline.reporting.references import References, load_references
 from pipeline.reporting.tables import (provenance_lines, references_lines, results_table, robustness_lines,
-                                    sensitivity_lines, welch_vs_best)
-from pipeline.schema import FINAL_FOR_REPORT, SEARCH_FOR_REPORT, read_record
+                                       sensitivity_lines, welch_vs_best)
+from pipeline.schema import FINAL_FOR_REPORT
 from pipeline.staging import staged
 
 METRIC_KEYS = ("val_mean", "val_std", "test_mean", "test_std", "n_seeds", "metric", "params",
                "seconds_per_epoch", "n_trials", "n_failed")
+FAILED_KEYS = ("dataset", "family", "metric", "n_trials", "n_failed", "errors")  # a failed cell has no scores
 
 
-def collect(root: Path, datasets: list[str], families: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Every final result; the missing ones are named together with the stage that produces them."""
-    missing = [(d, f) for d in datasets for f in families if not final_result_path(root, d, f).exists()]
-    if missing:
-        by_dataset = {d: [f for dd, f in missing if dd == d] for d, _ in missing}
-        what = "; ".join(f"{d}: {', '.join(fs)}" for d, fs in by_dataset.items())
-        first = missing[0]
-        raise MissingInputError(
-            f"no final results for {what} (looked in {final_result_path(root, *first).parent}); run the final "
-            f"stage first: `ctsweep final {first[0]} {first[1]}` for each pair, or `dvc repro` for all")
-    return {d: {f: read_record(final_result_path(root, d, f), f"ctsweep final {d} {f}", FINAL_FOR_REPORT)
-                for f in families} for d in datasets}
-
-
-def best_family(results: dict[str, dict[str, Any]]) -> str:
-    """The family with the best mean validation metric (selection never looks at test)."""
-    mode = next(iter(results.values()))["mode"]
-    pick = max if mode == "max" else min
-    return pick(results, key=lambda f: results[f]["val_mean"])
+def best_family(results: dict[str, dict[str, Any]]) -> str | None:
+    """The family with the best mean validation metric among those that did not fail (selection
+    never looks at test); None when every family failed."""
+    ok = {f: r for f, r in results.items() if not is_failed(r)}
+    if not ok:
+        return None
+    pick = max if next(iter(ok.values()))["mode"] == "max" else min
+    return pick(ok, key=lambda f: ok[f]["val_mean"])
 
 
 def _csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -82,15 +77,6 @@ def mean_curves(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def read_searches(root: Path, dataset: str, families: list[str]) -> dict[str, dict[str, Any]]:
-    return {f: _read_search(root, dataset, f) for f in families}
-
-
-def _read_search(root: Path, dataset: str, family: str) -> dict[str, Any]:
-    producer = f"ctsweep search {dataset} {family}"
-    return read_record(require(search_result_path(root, dataset, family), producer), producer, SEARCH_FOR_REPORT)
-
-
 def lr_points(searches: dict[str, dict[str, Any]], finals: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Validation metric against learning rate: every successful search trial (its best epoch) and
     the final reruns' mean at the searched lr and at each robustness factor."""
@@ -103,12 +89,20 @@ def lr_points(searches: dict[str, dict[str, Any]], finals: dict[str, dict[str, A
     return rows
 
 
-def _metrics(results: dict[str, dict[str, Any]], best: str) -> dict[str, dict[str, Any]]:
-    tests = welch_vs_best(results, best)
+def _metrics(results: dict[str, dict[str, Any]], best: str | None,
+             marks: dict[str, list[Mark]]) -> dict[str, dict[str, Any]]:
+    """metrics.json of one dataset: scores, status and marks per family; a failed family only
+    says who it is, its trial counts and its errors."""
+    ok, _ = split(results)
+    tests = welch_vs_best(ok, best) if best is not None else {}
     out = {}
     for f, r in results.items():
+        shown = [m.as_json() for m in marks[f]]
+        if is_failed(r):
+            out[f] = {**{k: r[k] for k in FAILED_KEYS}, "status": "failed", "marks": shown}
+            continue
         p = tests[f].p if tests[f] is not None else math.nan
-        out[f] = {**{k: r[k] for k in METRIC_KEYS}, "best": f == best,
+        out[f] = {**{k: r[k] for k in METRIC_KEYS}, "status": "ok", "marks": shown, "best": f == best,
                   "p_vs_best": None if math.isnan(p) else round(p, 6)}
     return out
 
@@ -139,22 +133,27 @@ def _write_dataset(out: Path, dataset: str, results: dict[str, dict[str, Any]],
     return pngs
 
 
-def results_markdown(root: Path, finals: dict[str, dict[str, dict[str, Any]]],
-                     searches: dict[str, dict[str, dict[str, Any]]], refs: References,
-                     provenance: dict[str, Any]) -> str:
+def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dict[str, dict[str, dict[str, Any]]],
+                     marks: dict[str, dict[str, list[Mark]]], refs: References, provenance: dict[str, Any]) -> str:
+    """results.md. A failed family shows as "failed" in its table with its reasons beneath; the
+    plots, statistics, robustness and importance sections cover the families that have scores."""
     commit = provenance["commit"]
     lines = ["# Results", "",
              f"Produced by `ctsweep report` at git commit `{commit[:12]}{commit[40:]}` (full provenance at the end).",
              "Mean ± sample standard deviation over the final seeds. The best family per dataset (chosen on",
              "validation only) is in bold; every other family's test difference to it comes with the two-sided",
-             "p-value of Welch's t-test on the per-seed test scores (* p < 0.05). Accuracy in %.", ""]
+             "p-value of Welch's t-test on the per-seed test scores (* p < 0.05). Accuracy in %. Marks after a",
+             "family's name (†, ‡, §) say where a result cannot be trusted; the footnotes under each table say why.", ""]
     cited: dict[str, int] = {}
     for dataset, results in finals.items():
-        best = best_family(results)
-        lines += results_table(dataset, results, best, refs, cited)
+        ok, _ = split(results)
+        best = best_family(ok)
+        lines += results_table(dataset, results, best, refs, cited, marks[dataset])
+        if best is None:
+            continue
         lines += [f"![{dataset} test](plots/{dataset}_test.png) ![{dataset} curves](plots/{dataset}_curves.png)",
                   f"![{dataset} learning rate](plots/{dataset}_lr.png)", ""]
-        lines += robustness_lines(results, results[best]["mode"], results[best]["metric"])
+        lines += robustness_lines(ok, ok[best]["mode"], ok[best]["metric"])
         lines += sensitivity_lines(searches[dataset])
     lines += references_lines(refs, cited)
     lines += provenance_lines(provenance)
@@ -177,20 +176,34 @@ def log_to_mlflow(root: Path, finals: dict[str, dict[str, dict[str, Any]]], repo
 
 
 def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, Any]:
-    """Write metrics.json, results.md, the plot data and the PNG plots; returns metrics.json's content."""
-    finals = collect(root, datasets, families)
+    """Write metrics.json, results.md, the plot data and the PNG plots; returns metrics.json's content.
+    A dataset whose every family failed gets its table and no plots."""
+    finals = collect(root, datasets, families, FINAL_FOR_REPORT)
     provenance = stamp(root, datasets, families)  # before writing: rewritten plots would look like edits
-    searches = {d: read_searches(root, d, families) for d in datasets}
+    searches = {d: {f: read_search(root, d, f) for f in split(finals[d])[0]} for d in datasets}
+    marks = {d: {f: cell_marks(r, searches[d].get(f)) for f, r in res.items()} for d, res in finals.items()}
     refs = load_references(root)
     out = reports_dir(root)
     metrics, pngs = {}, {}
     with staged(out) as stage:  # every file of the report replaced together, or none of them
         for dataset, results in finals.items():
-            best = best_family(results)
-            metrics[dataset] = _metrics(results, best)
-            pngs[dataset] = [out / p.relative_to(stage)
-                             for p in _write_dataset(stage, dataset, results, searches[dataset], best, refs)]
-        write_text(stage / "results.md", results_markdown(root, finals, searches, refs, provenance))
+            ok, _ = split(results)
+            best = best_family(ok)
+            metrics[dataset] = _metrics(results, best, marks[dataset])
+            written = _write_dataset(stage, dataset, ok, searches[dataset], best, refs) if best is not None else []
+            pngs[dataset] = [out / p.relative_to(stage) for p in written]
+        write_text(stage / "results.md", results_markdown(finals, searches, marks, refs, provenance))
         write_json(stage / "metrics.json", metrics)
+    for dataset in (d for d, files in pngs.items() if not files):
+        _drop_plots(out, dataset)
     log_to_mlflow(root, finals, out / "results.md", pngs)
     return metrics
+
+
+def _drop_plots(out: Path, dataset: str) -> None:
+    """Remove an earlier report's plots of a dataset that has none now (every family failed):
+    staging replaces files but never deletes one, and stale plots would contradict the table."""
+    for kind in ("curves", "lr", "bars"):
+        (out / kind / f"{dataset}.csv").unlink(missing_ok=True)
+    for kind in ("curves", "lr", "test"):
+        (out / "plots" / f"{dataset}_{kind}.png").unlink(missing_ok=True)

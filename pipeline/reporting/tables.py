@@ -10,6 +10,7 @@ import json
 import math
 from typing import Any
 
+from pipeline.reporting.marks import FAILED, RULES, SYMBOLS, Mark, is_failed
 from pipeline.reporting.references import Figure, References
 from pipeline.reporting.stats import Welch, kendall_tau, ranking, welch
 
@@ -49,23 +50,45 @@ def _paper(figures: list[Figure], metric: str, cited: dict[str, int]) -> str:
     return "; ".join(cells) or "—"
 
 
-def results_table(dataset: str, finals: dict[str, dict[str, Any]], best: str, refs: References,
-                  cited: dict[str, int]) -> list[str]:
-    """One dataset's table; `cited` (source key -> footnote number) grows with the papers cited."""
-    metric = finals[best]["metric"]
-    tests = welch_vs_best(finals, best)
+def results_table(dataset: str, finals: dict[str, dict[str, Any]], best: str | None, refs: References,
+                  cited: dict[str, int], marks: dict[str, list[Mark]] | None = None) -> list[str]:
+    """One dataset's table and its footnotes; `cited` (source key -> footnote number) grows with the
+    papers cited. `best`: None when every family failed. `marks`: family -> its marks."""
+    marks = marks or {}
+    metric = (finals[best] if best is not None else next(iter(finals.values())))["metric"]
+    tests = welch_vs_best({f: r for f, r in finals.items() if not is_failed(r)}, best) if best is not None else {}
     lines = [f"## {dataset} ({metric}{', %' if metric == 'accuracy' else ''})", "",
              "| family | test | validation | paper (test) | Δ test vs best (Welch) | seeds | parameters "
              "| s / epoch | trials (failed) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for family, r in finals.items():
-        name = f"**{family}** (best)" if family == best else family
-        figures = [f for f in refs.for_pair(dataset, family) if f.metric == metric]
+        symbols = "".join(SYMBOLS[m.mark] for m in marks.get(family, []) if m.mark in SYMBOLS)
+        name = (f"**{family}** (best)" if family == best else family) + (f" {symbols}" if symbols else "")
+        paper = _paper([f for f in refs.for_pair(dataset, family) if f.metric == metric], metric, cited)
+        if is_failed(r):
+            lines.append(f"| {name} | failed | failed | {paper} | — | 0 | — | — | {r['n_trials']} ({r['n_failed']}) |")
+            continue
         lines.append(f"| {name} | {fmt(r['test_mean'], r['test_std'], metric)} | "
-                     f"{fmt(r['val_mean'], r['val_std'], metric)} | {_paper(figures, metric, cited)} | "
+                     f"{fmt(r['val_mean'], r['val_std'], metric)} | {paper} | "
                      f"{versus_best(tests[family], metric)} | {r['n_seeds']} | {r['params']:,} | "
                      f"{r['seconds_per_epoch']:.2f} | {r['n_trials']} ({r['n_failed']}) |")
-    return lines + [""]
+    return lines + [""] + footnotes(marks)
+
+
+def footnotes(marks: dict[str, list[Mark]]) -> list[str]:
+    """Under a table: per mark that occurs, its symbol, its rule in one sentence and each marked
+    family's detail; failed families last, with their reasons."""
+    lines = []
+    for kind in (*SYMBOLS, FAILED):
+        hits = [(f, m.detail) for f, ms in marks.items() for m in ms if m.mark == kind]
+        if hits:
+            symbol = SYMBOLS.get(kind, "")
+            details = "; ".join(f"{f}: {detail}" for f, detail in hits)
+            lines.append(f"{symbol + ' ' if symbol else ''}{RULES[kind][0].upper()}{RULES[kind][1:]}. {details}.  ")
+    if lines:
+        lines[-1] = lines[-1].rstrip()
+        lines.append("")
+    return lines
 
 
 def robustness_lines(finals: dict[str, dict[str, Any]], mode: str, metric: str) -> list[str]:

@@ -1,0 +1,79 @@
+"""`ctsweep status`: which cells of the last report failed or carry a mark, read from reports/metrics.json.
+
+    xor/cde_fwp_delta: failed: NaN loss (4 trials)
+    xor/cfc: not_converged: 3 of 5 seeds still improving when stopped by max_epochs
+
+The exit status says whether the pipeline produced a result for every cell: 1 when a cell
+failed, 0 otherwise (marks alone are warnings). metrics.json files written before cells had a
+status count as ok and unmarked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.paths import reports_dir, require
+from pipeline.reporting.marks import FAILED, NOT_CONVERGED
+from pipeline.schema import ListOf, MapOf, OneOf, read_record
+
+PRODUCER = "ctsweep report"
+METRICS_SPEC = MapOf(MapOf({"status?": OneOf("ok", "failed"), "marks?": ListOf({"mark": str, "detail": str})}))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (dataset, family) of metrics.json: whether it failed and its marks as (mark, detail)."""
+
+    dataset: str
+    family: str
+    failed: bool
+    marks: tuple[tuple[str, str], ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.dataset}/{self.family}"
+
+    def has(self, mark: str) -> bool:
+        return any(m == mark for m, _ in self.marks)
+
+
+def cells(metrics: dict[str, dict[str, dict[str, Any]]]) -> list[Cell]:
+    """Every cell of a metrics.json content, in its order."""
+    return [Cell(d, f, c.get("status") == "failed", tuple((m["mark"], m["detail"]) for m in c.get("marks", [])))
+            for d, fams in metrics.items() for f, c in fams.items()]
+
+
+def read_metrics(root: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """reports/metrics.json, checked; missing or corrupt: one-line errors naming `ctsweep report`."""
+    return read_record(require(reports_dir(root) / "metrics.json", PRODUCER), PRODUCER, METRICS_SPEC)
+
+
+def cell_line(cell: Cell) -> str:
+    """One line per troubled cell; a failed cell's only mark is `failed` with its reasons."""
+    return f"{cell.name}: " + "; ".join(f"{mark}: {detail}" for mark, detail in cell.marks or ((FAILED, "?"),))
+
+
+def summary(found: list[Cell], prog: str) -> str | None:
+    """"<prog>: 1 cell failed (xor/a), 1 not converged (xor/b)", or None when no cell failed or is
+    not converged (the report's last line; other marks are in its footnotes)."""
+    groups = [(what, names) for what, names in (("failed", [c.name for c in found if c.failed]),
+                                                 ("not converged", [c.name for c in found if c.has(NOT_CONVERGED)]))
+              if names]
+    parts = [f"{len(names)}{'' if i else ' cell' + 's' * (len(names) > 1)} {what} ({', '.join(names)})"
+             for i, (what, names) in enumerate(groups)]
+    return f"{prog}: " + ", ".join(parts) if parts else None
+
+
+def status(root: Path) -> tuple[list[str], int]:
+    """(the lines to print, the exit status): a line per failed or marked cell and a summary line;
+    1 if any cell failed, else 0."""
+    found = cells(read_metrics(root))
+    troubled = [c for c in found if c.failed or c.marks]
+    lines = [cell_line(c) for c in troubled]
+    n_failed = sum(c.failed for c in found)
+    lines.append(f"ctsweep status: {len(found)} cell{'s' if len(found) != 1 else ''}, {n_failed} failed, "
+                 f"{len(troubled) - n_failed} marked" if troubled else
+                 f"ctsweep status: all {len(found)} cell{'s' if len(found) != 1 else ''} ok, none marked")
+    return lines, 1 if n_failed else 0

@@ -1,0 +1,272 @@
+"""The marks that say when a cell cannot be trusted, and what the report, `promote` and `ctsweep
+status` do with them: hand-made records, the real report stage, a real MLflow store in tmp_path
+and the real CLI (typer's runner)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.config import PromoteParams
+from pipeline.paths import final_result_path, search_result_path
+from pipeline.promote import promote, promote_dataset
+from pipeline.reporting.marks import (EDGE, FAILED, MOSTLY_FAILED, NOT_CONVERGED, Mark, cell_marks, edge,
+                                      mostly_failed, not_converged, still_improving)
+from pipeline.reporting.report import report
+from tests.conftest import default_params, write_params
+from tests.test_promote import DATASET, _champion
+from tests.test_promote import _final as _promotable
+
+RUNNER = CliRunner()
+RISING = [0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.88, 0.9]  # last quarter 0.88, 0.9 beats 0.85 by far more than 0.5%
+FLAT = [0.5, 0.8, 0.85, 0.85, 0.852, 0.851, 0.85, 0.853]  # last quarter gains 0.001: within 0.5% of 0.852
+LR_LOG = {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}
+A, B, C = FAMILIES = ["cfc", "ncde", "ode_rnn"]  # real names: the CLI checks them against the registry
+
+
+def _seeds(curve: list[float], stop: str | None, n: int = 5) -> list[dict]:
+    seeds = [{"seed": i, "val": max(curve), "test": max(curve), "curve": curve} for i in range(n)]
+    return [{**s, "stop": stop} for s in seeds] if stop else seeds
+
+
+def _record(curve: list[float], stop: str | None = "max_epochs", mode: str = "max", **extra) -> dict:
+    return {"dataset": "d", "family": "a", "metric": "accuracy", "mode": mode, "config": {"lr": 1e-3},
+            "n_trials": 8, "n_failed": 0, "seeds": _seeds(curve, stop), **extra}
+
+
+# ------------------------------------------------------------------------------------------ rules
+
+
+def test_a_rising_curve_stopped_by_the_budget_is_not_converged() -> None:
+    mark = not_converged(_record(RISING, "max_epochs"))
+    assert mark == Mark(NOT_CONVERGED, "5 of 5 seeds still improving when stopped by max_epochs")
+    assert not_converged(_record(RISING, "time_limit")) is not None
+    assert not_converged(_record(RISING, stop=None)) is not None  # older records: trained every epoch
+    falling = [1.0 - v for v in RISING]  # a loss still going down
+    assert not_converged(_record(falling, mode="min")) is not None
+    assert not_converged(_record(falling, mode="max")) is None  # the direction comes from the record
+
+
+def test_a_flat_curve_or_a_patience_stop_is_converged() -> None:
+    assert not still_improving(FLAT, "max") and still_improving(RISING, "max")
+    assert not_converged(_record(FLAT, "max_epochs")) is None
+    assert not_converged(_record(RISING, "patience")) is None
+    assert not_converged(_record([0.9], "max_epochs")) is None  # one epoch: nothing to compare
+
+
+def test_not_converged_needs_more_than_half_of_the_seeds() -> None:
+    record = _record(RISING)
+    for s in record["seeds"][:3]:
+        s["stop"] = "patience"
+    assert not_converged(record) is None  # 2 of 5
+    record["seeds"][2]["stop"] = "max_epochs"
+    assert not_converged(record).detail.startswith("3 of 5 seeds")
+
+
+def test_edge_of_a_log_and_a_linear_range() -> None:
+    assert edge({"lr": 0.0098}, {"lr": LR_LOG}) == Mark(EDGE, "lr at the upper bound (0.0098 of [0.0001, 0.01])")
+    assert edge({"lr": 1e-3}, {"lr": LR_LOG}) is None  # the middle in log space
+    # 5e-4 is 4% of the linear range from its low end, 35% of the log range
+    assert edge({"lr": 5e-4}, {"lr": LR_LOG}) is None
+    assert "lr at the lower bound" in edge({"lr": 5e-4}, {"lr": {**LR_LOG, "log": False}}).detail
+    hidden = {"type": "int", "low": 16, "high": 256, "log": False}
+    assert edge({"hidden_size": 64}, {"hidden_size": hidden}) is None
+    assert edge({"hidden_size": 250}, {"hidden_size": hidden}).detail == "hidden_size at the upper bound (250 of [16, 256])"
+    categorical = {"solver": {"type": "categorical", "choices": ["euler", "rk4"]}}
+    assert edge({"solver": "euler"}, categorical) is None
+    assert edge({}, {"lr": LR_LOG}) is None  # an inactive conditional key
+
+
+def test_mostly_failed_and_failed() -> None:
+    assert mostly_failed(12, 7) == Mark(MOSTLY_FAILED, "7 of 12 trials failed")
+    assert mostly_failed(12, 6) is None and mostly_failed(0, 0) is None
+    failed = {"status": "failed", "n_trials": 4, "n_failed": 4, "errors": ["NaN loss (3 trials)", "OOM (1 trials)"]}
+    assert cell_marks(failed) == [Mark(FAILED, "NaN loss (3 trials); OOM (1 trials)")]
+    # the space of the search record counts when the final record has none (older files)
+    marks = cell_marks({**_record(RISING), "config": {"lr": 0.0099}, "n_failed": 5}, {"space": {"lr": LR_LOG}})
+    assert [m.mark for m in marks] == [NOT_CONVERGED, EDGE, MOSTLY_FAILED]
+
+
+# ----------------------------------------------------------------------------------------- report
+
+
+def _ok_final(family: str, vals: list[float], curve: list[float], stop: str = "patience", **extra) -> dict:
+    mean = sum(vals) / len(vals)
+    return {"dataset": "d", "family": family, "metric": "accuracy", "mode": "max", "n_seeds": len(vals),
+            "config": {"lr": 1e-3}, "val_mean": mean, "val_std": 0.01, "test_mean": mean, "test_std": 0.01,
+            "params": 100, "seconds_per_epoch": 0.1, "n_trials": 4, "n_failed": 0, "status": "ok",
+            "seeds": [{"seed": i, "val": v, "test": v, "curve": curve, "stop": stop} for i, v in enumerate(vals)],
+            **extra}
+
+
+def _failed_final(dataset: str, family: str) -> dict:
+    return {"status": "failed", "dataset": dataset, "family": family, "metric": "accuracy", "mode": "max",
+            "n_trials": 4, "n_failed": 4, "errors": ["non-finite loss (4 trials)"], "reason": "every search trial failed"}
+
+
+def _write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+@pytest.fixture
+def failing(tmp_path: Path) -> Path:
+    """Dataset d: a (not converged, lr at the edge), b (failed, the better paper figure), c (fine);
+    dataset e: its only family failed."""
+    robust = [{"lr_factor": 0.5, "lr": 5e-4, "val_mean": 0.7, "val_std": 0.0}]
+    _write(final_result_path(tmp_path, "d", A), _ok_final(A, [0.9, 0.92, 0.91], RISING, "max_epochs",
+                                                            config={"lr": 0.0098}, space={"lr": LR_LOG},
+                                                            robustness=robust))
+    _write(final_result_path(tmp_path, "d", B), _failed_final("d", B))
+    _write(final_result_path(tmp_path, "d", C), _ok_final(C, [0.8, 0.82, 0.81], FLAT, robustness=robust))
+    for family in FAMILIES:
+        _write(final_result_path(tmp_path, "e", family), _failed_final("e", family))
+    for family in (A, C):
+        _write(search_result_path(tmp_path, "d", family), {"status": "ok", "trials": [{"config": {"lr": 1e-3}, "best_val": 0.8}]})
+    for dataset, family in (("d", B), *(("e", f) for f in FAMILIES)):  # failed: nothing to plot
+        _write(search_result_path(tmp_path, dataset, family), {"status": "failed", "best_config": None, "best_val": None})
+    (tmp_path / "references.yaml").write_text(
+        "sources:\n  p1: {citation: 'Someone 2022'}\nfigures:\n  - {dataset: d, family: ncde, metric: accuracy, "
+        "mean: 99.0, unit: percent, source: p1, where: Table 1}\n")
+    xor = default_params()["prepare"]["xor_event"]
+    write_params(tmp_path, {**default_params(), "datasets": ["d", "e"], "families": FAMILIES,
+                            "prepare": {"d": xor, "e": xor}})
+    return tmp_path
+
+
+def test_a_failed_cell_is_reported_as_failed_and_left_out_of_the_rest(failing: Path) -> None:
+    metrics = report(failing, ["d", "e"], FAMILIES)
+    assert metrics["d"][B] == {"dataset": "d", "family": B, "metric": "accuracy", "n_trials": 4, "n_failed": 4,
+                                 "errors": ["non-finite loss (4 trials)"], "status": "failed",
+                                 "marks": [{"mark": "failed", "detail": "non-finite loss (4 trials)"}]}
+    a = metrics["d"][A]
+    assert a["status"] == "ok" and a["best"] and [m["mark"] for m in a["marks"]] == ["not_converged", "edge"]
+    assert metrics["d"][C]["marks"] == [] and metrics["d"][C]["p_vs_best"] is not None
+    assert metrics["e"][A]["status"] == "failed"
+    assert json.loads((failing / "reports" / "metrics.json").read_text()) == metrics
+    md = (failing / "reports" / "results.md").read_text()
+    assert f"| **{A}** (best) †‡ | 91.00 ± 1.00 |" in md and f"| {C} | 81.00 ± 1.00 |" in md
+    assert f"| {B} | failed | failed | 99.00 [1] | — | 0 | — | — | 4 (4) |" in md
+    assert "† Not converged: more than half of the final seeds ended at their epoch or time budget" in md
+    assert "‡ At the edge: the best configuration lies in the outer 5% of a searched range" in md
+    assert f"{A}: lr at the upper bound (0.0098 of [0.0001, 0.01])." in md
+    assert f"Failed: every search trial failed, so the family has no scores. {B}: non-finite loss (4 trials)." in md
+    assert "## e (accuracy, %)" in md and f"| {A} | failed |" in md and "![e test]" not in md
+    plots = failing / "reports" / "plots"
+    assert (plots / "d_lr.png").exists() and not list(plots.glob("e_*"))
+    curves = (failing / "reports" / "curves" / "d.csv").read_text().splitlines()[0]
+    assert curves == f"epoch,{A},{C}"
+
+
+def test_report_command_ends_with_the_failed_and_unconverged_cells(failing: Path) -> None:
+    result = RUNNER.invoke(app, ["report", "--root", str(failing)])
+    assert result.exit_code == 0, result.output
+    assert result.output.rstrip().splitlines()[-1] == (
+        f"ctsweep report: 4 cells failed (d/{B}, e/{A}, e/{B}, e/{C}), 1 not converged (d/{A})")
+
+
+# ----------------------------------------------------------------------------------------- status
+
+
+def test_status_exits_1_on_a_failed_cell_and_0_on_marks_alone(failing: Path) -> None:
+    report(failing, ["d", "e"], FAMILIES)
+    result = RUNNER.invoke(app, ["status", "--root", str(failing)])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert lines[:3] == [f"d/{A}: not_converged: 3 of 3 seeds still improving when stopped by max_epochs; "
+                         "edge: lr at the upper bound (0.0098 of [0.0001, 0.01])",
+                         f"d/{B}: failed: non-finite loss (4 trials)", f"e/{A}: failed: non-finite loss (4 trials)"]
+    assert len(lines) == 6
+    assert lines[-1] == "ctsweep status: 6 cells, 4 failed, 1 marked"
+    metrics = json.loads((failing / "reports" / "metrics.json").read_text())
+    for dataset in metrics.values():
+        for cell in dataset.values():
+            cell.update(status="ok", marks=[m for m in cell["marks"] if m["mark"] != "failed"])
+    (failing / "reports" / "metrics.json").write_text(json.dumps(metrics))
+    result = RUNNER.invoke(app, ["status", "--root", str(failing)])
+    assert result.exit_code == 0 and result.output.splitlines()[-1] == "ctsweep status: 6 cells, 0 failed, 1 marked"
+
+
+def test_status_of_a_clean_report_and_of_a_missing_or_corrupt_file(tmp_path: Path) -> None:
+    result = RUNNER.invoke(app, ["status", "--root", str(tmp_path)])
+    assert result.exit_code == 2 and "metrics.json does not exist" in result.output
+    assert "ctsweep report" in result.output and len(result.output.strip().splitlines()) == 1
+    path = tmp_path / "reports" / "metrics.json"
+    path.parent.mkdir()
+    path.write_text('{"d": {"a": {"status": "ok", "marks": []}')
+    result = RUNNER.invoke(app, ["status", "--root", str(tmp_path)])
+    assert result.exit_code == 2 and "truncated JSON" in result.output
+    path.write_text('{"d": {"a": {"status": "maybe"}}}')
+    result = RUNNER.invoke(app, ["status", "--root", str(tmp_path)])
+    assert result.exit_code == 2 and "d.a.status is 'maybe'" in result.output
+    path.write_text('{"d": {"a": {"status": "ok", "marks": []}, "b": {"val_mean": 0.5}}}')  # b: an older file
+    result = RUNNER.invoke(app, ["status", "--root", str(tmp_path)])
+    assert result.exit_code == 0 and result.output == "ctsweep status: all 2 cells ok, none marked\n"
+
+
+# ---------------------------------------------------------------------------------------- promote
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    params = default_params()
+    write_params(tmp_path, {**params, "datasets": [DATASET], "families": [A, B],
+                            "prepare": {DATASET: params["prepare"]["xor_event"]}})
+    return tmp_path
+
+
+def _with_curves(root: Path, family: str, stop: str, curve: list[float]) -> None:
+    """Give a written final record's seeds a validation curve and the reason they stopped."""
+    path = final_result_path(root, DATASET, family)
+    record = json.loads(path.read_text())
+    for s in record["seeds"]:
+        s.update(curve=curve, stop=stop)
+    path.write_text(json.dumps(record))
+
+
+def test_promote_refuses_a_not_converged_candidate_unless_forced(root: Path) -> None:
+    _promotable(root, A, 0.9)
+    _promotable(root, B, 0.5)
+    _with_curves(root, A, "max_epochs", RISING)
+    _with_curves(root, B, "patience", FLAT)
+    refused = promote(root, [DATASET], [A, B], PromoteParams())[0]
+    assert refused["candidate_family"] == A and refused["refused"] == "not_converged"
+    assert not refused["alias_moved"] and refused["candidate_version"] is None
+    assert f"{A} is not converged (5 of 5 seeds" in refused["reason"] and "--force" in refused["reason"]
+    written = json.loads((root / "reports" / "promotion.json").read_text())[0]
+    assert written["refused"] == "not_converged" and written["reason"] == refused["reason"]
+    with pytest.raises(Exception, match="RESOURCE_DOES_NOT_EXIST|not found"):
+        _champion(root)  # nothing was registered or aliased
+
+    result = RUNNER.invoke(app, ["promote", "--root", str(root)])
+    assert result.exit_code == 0, result.output  # a refusal is a decision: `dvc repro` goes on
+    assert result.output.rstrip().splitlines()[-1].startswith(f"ctsweep promote: {DATASET}: not promoted: refused: {A} is")
+
+    forced = promote_dataset(root, DATASET, [A, B], PromoteParams(), force=True)
+    assert forced["alias_moved"] and forced["by_force"] and forced["refused"] is None
+    assert "not converged (5 of 5 seeds" in forced["reason"] and "promoted by --force" in forced["reason"]
+    champion = _champion(root)
+    assert champion.tags["family"] == A and "promoted by --force" in champion.tags["promoted_by_force"]
+
+
+def test_a_failed_family_is_never_the_candidate(root: Path) -> None:
+    _promotable(root, B, 0.5)
+    _write(final_result_path(root, DATASET, A), _failed_final(DATASET, A))
+    decision = promote(root, [DATASET], [A, B], PromoteParams())[0]
+    assert decision["candidate_family"] == B and decision["alias_moved"] and not decision["by_force"]
+    _write(final_result_path(root, DATASET, B), _failed_final(DATASET, B))
+    nothing = promote(root, [DATASET], [A, B], PromoteParams())[0]
+    assert nothing["candidate_family"] is None and not nothing["alias_moved"] and nothing["refused"] == "failed"
+    assert nothing["reason"].startswith(f"nothing promoted: every family failed ({A}: non-finite loss")
+    assert nothing["champion_version"] == 1  # the earlier champion stays
+    result = RUNNER.invoke(app, ["promote", "--root", str(root)])
+    assert result.exit_code == 0, result.output
+    assert result.output.rstrip().splitlines()[-1].startswith(
+        f"ctsweep promote: {DATASET}: not promoted: nothing promoted: every family failed")
+    by_hand = RUNNER.invoke(app, ["promote", "--root", str(root), "--dataset", DATASET, "--family", A])
+    assert by_hand.exit_code == 2 and "every search trial failed" in by_hand.output
