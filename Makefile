@@ -85,3 +85,9 @@ bench-datasets: install
 .PHONY: bench-cluster
 bench-cluster: install
 	$(BIN)/python -m benchmarks.cluster $(BENCH_ARGS)
+
+# `make bench-convergence`: params.yaml's final best configurations retrained with 4x the final
+# budget, the default's test mean against it per cell (benchmarks/README.md); needs results/*/final.
+.PHONY: bench-convergence
+bench-convergence: install
+	$(BIN)/python -m benchmarks.convergence $(BENCH_ARGS)
