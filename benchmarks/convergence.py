@@ -251,15 +251,11 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def job_seconds(records: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
-    """The final stage's median training seconds per epoch of each cell (0 where not recorded)."""
-    return {(r["dataset"], r["family"]): r.get("seconds_per_epoch") or 0.0 for r in records}
-
-
 def estimate_seconds(per_epoch: dict[tuple[str, str], float], jobs: list[SeedJob], workers: int) -> float:
-    """Σ seeds x long max epochs x the final stage's seconds per epoch, over `workers`: training
-    only (validation, set-up and a loaded machine add to it; early stopping takes off)."""
-    return sum(j.epochs * per_epoch[(j.dataset, j.family)] for j in jobs) / workers
+    """Σ over seeds of min(long max epochs x the final stage's seconds per epoch, long time limit),
+    over `workers`: training only (validation, set-up and a loaded machine add; early stopping takes off)."""
+    return sum(min(j.epochs * per_epoch[(j.dataset, j.family)], j.time_limit_s or float("inf"))
+               for j in jobs) / workers
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -271,9 +267,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     start, load_before = time.perf_counter(), os.getloadavg()[0]
     records, skipped = cells(args)
     jobs = {(r["dataset"], r["family"]): plan(r, processed_dir(args.root, r["dataset"]), args) for r in records}
-    per_epoch = job_seconds(records)
+    # the final stage's median training seconds per epoch of each cell (0 where not recorded)
+    per_epoch = {(r["dataset"], r["family"]): r.get("seconds_per_epoch") or 0.0 for r in records}
     # longest seeds first: a slow family started last would leave the other workers idle at the end
-    flat = sorted((j for js in jobs.values() for j in js), key=lambda j: -j.epochs * per_epoch[(j.dataset, j.family)])
+    flat = sorted((j for js in jobs.values() for j in js), key=lambda j: -estimate_seconds(per_epoch, [j], 1))
     estimate = estimate_seconds(per_epoch, flat, args.workers)
     print(f"convergence: {len(flat)} seeds in {len(records)} cells, about {estimate / 60:.0f} min of training",
           file=sys.stderr, flush=True)
