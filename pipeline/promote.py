@@ -188,7 +188,7 @@ def promote_dataset(root: Path, dataset: str, families: list[str], p: PromotePar
     same = current is not None and current.tags.get("model_uri") == record["model_uri"]
     better, why = (False, "the candidate is already the champion") if same else judge(
         record, dict(current.tags) if current is not None else None, p)
-    refused, note = _refusal(record, force)
+    refused, note = (None, "") if same else _refusal(record, force)  # a champion already is what it is
     asked = family is not None or force
     moved = not same and (better or asked) and not dry_run and refused is None
     decision = {"dataset": dataset, "registered_model": name, "candidate_family": chosen,

@@ -252,6 +252,8 @@ def test_promote_refuses_a_not_converged_candidate_unless_forced(root: Path) -> 
     assert "not converged (5 of 5 seeds" in forced["reason"] and "promoted by --force" in forced["reason"]
     champion = _champion(root)
     assert champion.tags["family"] == A and "promoted by --force" in champion.tags["promoted_by_force"]
+    again = promote(root, [DATASET], [A, B], PromoteParams())[0]  # the forced champion is not refused again
+    assert again["refused"] is None and again["reason"] == "the candidate is already the champion"
 
 
 def test_a_failed_family_is_never_the_candidate(root: Path) -> None:
