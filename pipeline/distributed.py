@@ -43,7 +43,7 @@ from ray.tune.integration.ray_train import TuneReportCallback
 
 from pipeline import tracking
 from pipeline.data.contract import Dataset, load_dataset
-from pipeline.errors import ConfigError, CtsweepError, TrialFailedError
+from pipeline.errors import ConfigError, CtsweepError
 from pipeline.spaces import split_config
 from pipeline.train import TimeLimitReached, Trainer, TrainSettings
 
@@ -200,7 +200,7 @@ def train_worker(loop: dict[str, Any]) -> None:
                 break
     except TimeLimitReached as exc:  # every rank gets here together (Trainer agrees on the deadline)
         if trainer.epoch == 0:  # nothing to judge the configuration by: a failed trial
-            raise TrialFailedError(f"first epoch exceeded trial_time_limit_s={ctx.time_limit_s}") from exc
+            raise ctx.first_epoch_too_slow() from exc
         if client is not None:  # the trial ends with what it reported, like an early stop
             tracking.set_tags(client, run_id, {"time_limited": "true", "early_stopped": "true"})
             tracking.terminate(client, run_id, "KILLED")

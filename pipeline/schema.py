@@ -13,6 +13,8 @@ A spec is plain data:
     MapOf(spec)                   an object with any keys, every value matching
     OneOf("max", "min")           one of these values
     Maybe(spec)                   null or spec
+    Switch("status", {"failed": spec}, default)
+                                  an object checked against the spec its "status" names (else default)
 """
 
 from __future__ import annotations
@@ -47,6 +49,16 @@ class Maybe:
     spec: Any
 
 
+@dataclass(frozen=True)
+class Switch:
+    """An object checked against `cases[value[key]]`, or against `default` when that key is absent
+    or names no case: a record whose fields depend on its kind ("ok" or "failed")."""
+
+    key: str
+    cases: dict[str, Any]
+    default: Any
+
+
 class OneOf:
     """One of the given values (compared with ==)."""
 
@@ -55,6 +67,7 @@ class OneOf:
 
 
 NUMBER = (int, float)
+NULL = type(None)
 _NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", dict: "an object",
           list: "a list", type(None): "null"}
 
@@ -66,6 +79,8 @@ def problem(value: Any, spec: Any, where: str = "") -> str | None:
     if isinstance(spec, OneOf):
         allowed = list(spec.values)
         return None if value in allowed else f"{where or 'the value'} is {shown(value)}, expected one of {allowed}"
+    if isinstance(spec, Switch):
+        return _switch(value, spec, where)
     if isinstance(spec, dict):
         return _object(value, spec, where)
     if isinstance(spec, ListOf):
@@ -103,6 +118,14 @@ def _object(value: Any, spec: dict[str, Any], where: str) -> str | None:
     return None
 
 
+def _switch(value: Any, spec: Switch, where: str) -> str | None:
+    if not isinstance(value, dict):
+        return _wrong(value, "an object", where)
+    tag = value.get(spec.key)
+    chosen = spec.cases[tag] if isinstance(tag, str) and tag in spec.cases else spec.default
+    return problem(value, chosen, where)
+
+
 def _list(value: Any, spec: ListOf, where: str) -> str | None:
     if not isinstance(value, list):
         return _wrong(value, "a list", where)
@@ -126,7 +149,7 @@ def _wrong(value: Any, expected: str, where: str) -> str:
     return f"{where or 'the file'} is {kind}, expected {expected}"
 
 
-def read_record(path: Path, producer: str, spec: dict[str, Any]) -> dict[str, Any]:
+def read_record(path: Path, producer: str, spec: Any) -> dict[str, Any]:
     """Read a JSON result and check the fields the caller uses; CorruptInputError names the file,
     the first bad field and `producer`, the command that writes the file again."""
     data = read_json(path, producer)
@@ -141,12 +164,24 @@ def read_record(path: Path, producer: str, spec: dict[str, Any]) -> dict[str, An
 MODE = OneOf("max", "min")
 CONFIG = {"lr": NUMBER}  # every search space searches a learning rate
 
-SEARCH_FOR_FINAL = {"metric": str, "mode": MODE, "best_config": CONFIG, "trial_seed": int,
-                    "n_trials": int, "n_failed": int}
+SCALAR = (str, int, float, bool, NULL)
+# The searched keys' ranges as the search space gave them (the "space" of an ok search record).
+SPACE = MapOf(Switch("type", {"categorical": {"type": OneOf("categorical"), "choices": ListOf(SCALAR, min_len=1)}},
+                     {"type": OneOf("float", "int", "categorical"), "low": NUMBER, "high": NUMBER, "log": bool,
+                      "step?": int}))
+STATUS = OneOf("ok", "failed")  # a record without "status" predates it: ok
+
+# A search whose every trial failed: what it tried and why it failed, no configuration.
+SEARCH_FAILED = {"status": OneOf("failed"), "metric": str, "mode": MODE, "n_trials": int, "n_failed": int,
+                 "best_config": NULL, "best_val": NULL, "errors": ListOf(str)}
+SEARCH_OK_FOR_FINAL = {"status?": STATUS, "metric": str, "mode": MODE, "best_config": CONFIG, "trial_seed": int,
+                       "n_trials": int, "n_failed": int, "space?": SPACE}
+SEARCH_FOR_FINAL = Switch("status", {"failed": SEARCH_FAILED}, SEARCH_OK_FOR_FINAL)
 
 _IMPORTANCE = {"evaluator?": str, "*": {"n_trials": int, "values": Maybe(MapOf(NUMBER)), "reason?": Maybe(str)}}
 SEARCH_FOR_REPORT = {"trials": ListOf({"config": CONFIG, "best_val": Maybe(NUMBER)}),
-                     "importance?": Maybe(_IMPORTANCE), "optuna_study?": Maybe(str)}
+                     "importance?": Maybe(_IMPORTANCE), "optuna_study?": Maybe(str), "status?": STATUS,
+                     "space?": SPACE}
 
 _SCORES = {"val": NUMBER, "test": NUMBER}
 _FINAL_COMMON = {"metric": str, "mode": MODE, "config": CONFIG, "n_seeds": int,

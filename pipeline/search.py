@@ -9,13 +9,21 @@ Faults: a trial whose process or node dies is retried from its last checkpoint
 (`search.max_failures`); a driver killed mid-search leaves its parent run unfinished, and
 running the stage again finds it by the fingerprint of what was searched and resumes the same
 Ray experiment with `Tuner.restore` (finished trials are kept, not rerun).
+
+A family whose every trial fails (no epoch within its time limit, a NaN loss, a solver failure)
+does not stop the sweep: its record says "status": "failed" with the reasons, its parent run
+ends FAILED tagged `all_trials_failed`, one warning goes to stderr, and the stage succeeds, so
+`dvc repro` goes on with the other families (final and the report skip this one). That outcome
+is final like a result: rerunning the search starts a new one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +49,23 @@ from pipeline.storage import check_storage_path
 from pipeline.train import is_better
 from pipeline.trial import TrialContext, run_trial
 
-__all__ = ["METRIC", "TrialContext", "run_trial", "search", "optuna_states"]
+__all__ = ["METRIC", "TrialContext", "run_trial", "search", "optuna_states", "time_limit_key"]
 
 METRIC = "val_metric"
 COMPLETE_TAG = "search_complete"  # set once the search's outcome is final: never resumed after
+ALL_FAILED_TAG = "all_trials_failed"  # on the parent run of a search whose every trial failed
+MAX_REASONS = 10  # distinct failure reasons kept in a failed record
 
 
 def storage_location(root: Path, storage_path: str) -> str:
     """Ray Tune's storage: a URI as given, else an absolute path (relative ones from the root)."""
     return storage_path if is_uri(storage_path) else str((root / storage_path).resolve())
+
+
+def time_limit_key(p: SearchParams, family: str) -> str:
+    """The params.yaml key that sets the family's trial time limit: what a user raises when
+    every first epoch outruns it."""
+    return f"search.family_time_limit_s.{family}" if family in p.family_time_limit_s else "search.trial_time_limit_s"
 
 
 def search_fingerprint(dataset: str, family: str, p: SearchParams, space_file: Path, data_dir: Path) -> str:
@@ -164,11 +180,7 @@ def _search(root: Path, dataset: str, family: str, p: SearchParams, fresh: bool)
             record = _run(root, dataset, family, p, res, meta, space, data_dir, data, client, exp_id, parent, path,
                           resumed)
             write_json(out, record)
-            _log_best(client, parent, record)
-        except TrialFailedError as exc:  # every trial failed: final, not resumable
-            tracking.set_tags(client, parent, {COMPLETE_TAG: "true"})
-            tracking.finish(client, parent, exc)
-            raise
+            _log_outcome(client, parent, record)
         except Interrupted as exc:  # SIGINT / SIGTERM: the result file is untouched; resumable
             with deferred():  # a second Ctrl-C must not leave runs RUNNING half-way through this
                 run_lookup.close_interrupted(client, exp_id, parent, str(exc))
@@ -176,9 +188,30 @@ def _search(root: Path, dataset: str, family: str, p: SearchParams, fresh: bool)
         except BaseException as exc:  # the record could not be written, or a crash: resumable
             tracking.finish(client, parent, exc)
             raise
-    tracking.set_tags(client, parent, {COMPLETE_TAG: "true"})
-    tracking.finish(client, parent)
+    _close_parent(client, parent, record)
+    if record["status"] == "failed":
+        _warn_failed(root, out, record)
     return record
+
+
+def _close_parent(client: tracking.MlflowClient, parent: str, record: dict[str, Any]) -> None:
+    """End the parent run once its record is written: FINISHED, or FAILED with the reasons when
+    every trial failed. Either way the outcome is final (COMPLETE_TAG): never resumed."""
+    if record["status"] == "ok":
+        tracking.set_tags(client, parent, {COMPLETE_TAG: "true"})
+        tracking.finish(client, parent)
+        return
+    tracking.set_tags(client, parent, {COMPLETE_TAG: "true", ALL_FAILED_TAG: "true"})
+    tracking.finish(client, parent, TrialFailedError(f"every trial failed: {'; '.join(record['errors'])}"))
+
+
+def _warn_failed(root: Path, out: Path, record: dict[str, Any]) -> None:
+    """One line on stderr: the stage succeeds, so this is where a user learns the family failed."""
+    reasons = "; ".join(record["errors"][:3]) + (" ..." if len(record["errors"]) > 3 else "")
+    where = out.relative_to(root) if out.is_relative_to(root) else out
+    print(f"ctsweep: warning: {record['dataset']}/{record['family']}: all {record['n_trials']} search trials "
+          f"failed: {reasons}; recorded as failed in {where}; final and report will skip this family",
+          file=sys.stderr)
 
 
 def _run(root: Path, dataset: str, family: str, p: SearchParams, res: Resources, meta: Any, space: SearchSpace,
@@ -187,7 +220,7 @@ def _run(root: Path, dataset: str, family: str, p: SearchParams, res: Resources,
     if not resumed:
         tracking.log_params(client, parent, {"search." + k: v for k, v in p.model_dump().items()})
     ctx = TrialContext(dataset, family, str(data_dir), p.epochs, p.trial_seed, res.cpu, tracking.tracking_uri(root),
-                       exp_id, parent, p.time_limit_for(family), res.gpu, res.workers)
+                       exp_id, parent, p.time_limit_for(family), res.gpu, res.workers, time_limit_key(p, family))
     with graceful_tune() as interrupt:  # from here a signal stops Tune gracefully; checked below
         if resumed:
             tuner = tune.Tuner.restore(path, trainable=_trainable(ctx, data, res), resume_unfinished=True,
@@ -198,7 +231,7 @@ def _run(root: Path, dataset: str, family: str, p: SearchParams, res: Resources,
         grid = tuner.fit()
     if interrupt.signum is not None:  # Tune stopped early and saved its state: a partial search, not a result
         raise Interrupted(interrupt.signum)
-    records = _trial_records(grid, meta.mode, p.trial_seed, client)
+    records = _trial_records(grid, meta.mode, p.trial_seed, client, exp_id, parent)
     _close_runs(client, records, p.epochs)
     _close_orphans(client, exp_id, parent, records)
     searcher = _searcher_of(tuner)
@@ -214,11 +247,14 @@ def _run(root: Path, dataset: str, family: str, p: SearchParams, res: Resources,
     return record
 
 
-def _log_best(client: tracking.MlflowClient, parent: str, record: dict[str, Any]) -> None:
+def _log_outcome(client: tracking.MlflowClient, parent: str, record: dict[str, Any]) -> None:
     """The outcome on the parent run, once the result file holds it: MLflow params cannot change,
     and an attempt whose result could not be written is resumed and summarised again."""
-    tracking.log_metrics(client, parent, {"best_val": record["best_val"], "n_trials": record["n_trials"],
-                                          "n_failed": record["n_failed"]})
+    counts = {"n_trials": record["n_trials"], "n_failed": record["n_failed"]}
+    if record["status"] == "failed":  # no best value or configuration to log
+        tracking.log_metrics(client, parent, counts)
+        return
+    tracking.log_metrics(client, parent, {"best_val": record["best_val"], **counts})
     tracking.log_params(client, parent, {"best." + k: v for k, v in record["best_config"].items()})
 
 
@@ -236,27 +272,47 @@ def _error_message(error: BaseException) -> str:
     """The trial's own exception, not Ray's wrapper around it (RayTaskError keeps it as cause)."""
     cause = getattr(error, "cause", None) or error
     lines = [line for line in str(cause).splitlines() if line.strip()]
-    return f"{type(cause).__name__}: {lines[-1] if lines else ''}"[:300]
+    name, last = type(cause).__name__, lines[-1] if lines else ""
+    # A traceback's last line already names the type ("TrialFailedError: ..."): not twice.
+    return (last if last.startswith(f"{name}: ") else f"{name}: {last}")[:300]
 
 
-def _trial_records(grid: tune.ResultGrid, mode: str, seed: int,
-                   client: tracking.MlflowClient) -> list[dict[str, Any]]:
+def _trial_error(result: Any, scores: list[float], run_id: str | None, client: tracking.MlflowClient) -> str | None:
+    """Why a trial failed, or None when it did not.
+
+    Ray's error first. A trial that reported no score failed too, even when Ray hands back no
+    error: Ray reads a trial's error back from its error file in the Tune storage, a copy the
+    driver syncs from its staging folder, and returns None where that copy is missing; the
+    trial's MLflow run keeps the error it closed with.
+    """
+    if result.error:
+        return _error_message(result.error)
+    if scores:
+        return None
+    logged = client.get_run(run_id).data.tags.get("error") if run_id else None
+    return (logged or "the trial ended without reporting an epoch (no error recorded)")[:300]
+
+
+def _trial_records(grid: tune.ResultGrid, mode: str, seed: int, client: tracking.MlflowClient, exp_id: str,
+                   parent: str) -> list[dict[str, Any]]:
     records = []
     for result in grid:
         history = result.metrics_dataframe
         values = ({} if history is None or METRIC not in history
                   else dict(zip(history["epoch"], history[METRIC])))  # by epoch: a retry may report one twice
+        trial_id = result.metrics.get("trial_id") if result.metrics else None
         run_id = result.metrics.get("mlflow_run_id") if result.metrics else None
+        if not run_id and trial_id:  # it never reported (failed in its first epoch): found by its trial id
+            found = run_lookup.find_child_run(client, exp_id, parent, "ray_trial_id", trial_id)
+            run_id = found.info.run_id if found else None
         if run_id:  # Tune's table of a trial retried from a checkpoint can lack the epochs before it;
             values.update(run_lookup.metric_steps(client, run_id, METRIC))  # its MLflow run has them all
         scores = [v for v in values.values() if v == v]
         best = (max if mode == "max" else min)(scores) if scores else None
+        error = _trial_error(result, scores, run_id, client)
         records.append({
-            "trial_id": result.metrics.get("trial_id") if result.metrics else None,
-            "config": result.config, "seed": seed, "best_val": best, "epochs": len(scores),
-            "status": "error" if result.error else "ok",
-            "error": _error_message(result.error) if result.error else None,
-            "mlflow_run_id": run_id,
+            "trial_id": trial_id, "config": result.config, "seed": seed, "best_val": best, "epochs": len(scores),
+            "status": "error" if error else "ok", "error": error, "mlflow_run_id": run_id,
         })
     return records
 
@@ -306,19 +362,46 @@ def _close_orphans(client: tracking.MlflowClient, exp_id: str, parent: str, reco
 
 def _summarise(dataset: str, family: str, metric: str, mode: str, space: SearchSpace, p: SearchParams,
                records: list[dict[str, Any]], parent: str) -> dict[str, Any]:
-    best = None
+    """The search record: "ok" with the best trial and the space, or "failed" with the reasons."""
     # By trial id, so a tie is decided the same way however Tune (or the grid of a resumed search)
     # lists the trials; a trial that failed later does not win on its earlier epochs.
-    for r in sorted(records, key=lambda r: str(r["trial_id"])):
+    ordered = sorted(records, key=lambda r: str(r["trial_id"]))
+    best = None
+    for r in ordered:
         if r["status"] == "ok" and r["best_val"] is not None and is_better(r["best_val"], best and best["best_val"], mode):
             best = r
     if best is None:
-        errors = sorted({r["error"] for r in records if r["error"]})
-        raise TrialFailedError(f"every trial of {dataset}/{family} failed; errors: {errors}")
+        outcome = {"status": "failed", "best_config": None, "best_val": None, "errors": failure_reasons(ordered)}
+    else:  # sampled values plus the fixed ones
+        outcome = {"status": "ok", "best_config": dict(best["config"]), "best_val": best["best_val"],
+                   "space": space_record(space)}
     return {
-        "dataset": dataset, "family": family, "metric": metric, "mode": mode,
-        "best_config": dict(best["config"]),  # sampled values plus the fixed ones
-        "best_val": best["best_val"], "trial_seed": p.trial_seed, "sampler_seed": p.sampler_seed,
+        "dataset": dataset, "family": family, "metric": metric, "mode": mode, **outcome,
+        "trial_seed": p.trial_seed, "sampler_seed": p.sampler_seed,
         "n_trials": len(records), "n_failed": sum(r["status"] == "error" for r in records),
         "reference": space.reference_for(dataset), "mlflow_parent_run_id": parent, "trials": records,
     }
+
+
+def failure_reasons(records: list[dict[str, Any]]) -> list[str]:
+    """The distinct errors of the failed trials, most frequent first, as "REASON (k trials)"
+    (at most MAX_REASONS). Our own TrialFailedError's type name says nothing a user needs."""
+    reasons = Counter(r["error"].removeprefix(f"{TrialFailedError.__name__}: ")
+                      for r in records if r["status"] == "error" and r["error"])
+    return [f"{reason} ({n} trial{'' if n == 1 else 's'})" for reason, n in reasons.most_common(MAX_REASONS)]
+
+
+def space_record(space: SearchSpace) -> dict[str, dict[str, Any]]:
+    """The searched keys' ranges (fixed keys are not searched): a reader can tell a best value
+    that sits on a bound of its range without the space file as it was then."""
+    ranges: dict[str, dict[str, Any]] = {}
+    for name, spec in space.params.items():
+        if spec.distribution == "categorical":
+            ranges[name] = {"type": "categorical", "choices": list(spec.choices)}
+        elif spec.distribution == "int":
+            ranges[name] = {"type": "int", "low": int(spec.low), "high": int(spec.high), "log": spec.log,
+                            "step": spec.step}
+        else:
+            ranges[name] = {"type": "float", "low": spec.low, "high": spec.high,
+                            "log": spec.distribution == "loguniform"}
+    return ranges

@@ -49,6 +49,12 @@ class TrialContext:
     time_limit_s: float | None = None
     gpus: float = 0.0
     workers: int = 1  # above 1: data-parallel over Ray Train workers (pipeline.distributed)
+    time_limit_key: str = "search.trial_time_limit_s"  # the params.yaml key that set time_limit_s
+
+    def first_epoch_too_slow(self) -> TrialFailedError:
+        """The error of a trial whose first epoch outran the time limit: it names the key to raise."""
+        return TrialFailedError(f"first epoch exceeded the trial time limit of {self.time_limit_s:g} s "
+                                f"({self.time_limit_key})")
 
 
 def local_dataset(data: Dataset) -> Dataset:
@@ -142,7 +148,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
                 break
     except TimeLimitReached as exc:
         if trainer is None or trainer.epoch == 0:  # nothing to judge the configuration by: a failed trial
-            error = TrialFailedError(f"first epoch exceeded trial_time_limit_s={ctx.time_limit_s}")
+            error = ctx.first_epoch_too_slow()
             _fail(client, run_id, error)
             raise error from exc
         # Otherwise the trial ends here with what it reported, like an early stop.

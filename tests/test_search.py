@@ -1,5 +1,6 @@
 """The search stage's failure paths: bad input fails before Ray starts; failing trials end as
-FAIL in Optuna and FAILED in MLflow while the search runs its other trials."""
+FAIL in Optuna and FAILED in MLflow while the search runs its other trials; a search whose every
+trial fails is recorded as failed, with its reasons, and does not raise."""
 
 from __future__ import annotations
 
@@ -15,9 +16,12 @@ from pipeline import tracking
 from pipeline.config import SearchParams, XorParams
 from pipeline.data.contract import Dataset, Split, save_dataset
 from pipeline.data.xor import build as build_xor
-from pipeline.errors import ConfigError, MissingInputError, TrialFailedError
+from pipeline.errors import ConfigError, MissingInputError
 from pipeline.paths import processed_dir, search_result_path
-from pipeline.search import search
+from pipeline.schema import SEARCH_FOR_FINAL, read_record
+from pipeline.search import ALL_FAILED_TAG, COMPLETE_TAG, search, time_limit_key
+from pipeline.spaces import load_space
+from pipeline.trial import TrialContext
 
 
 @pytest.fixture
@@ -53,13 +57,22 @@ def test_bad_space_fails_before_ray_starts(root: Path) -> None:
     assert not (root / "mlflow.db").exists()
 
 
+def _parents(client: MlflowClient, dataset: str) -> list:
+    """The search parent runs of `dataset`, oldest first."""
+    exp = client.get_experiment_by_name(f"ctsweep/{dataset}")
+    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
+    return [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+
+
 @pytest.mark.slow
 def test_nan_trials_fail_cleanly_and_the_search_goes_on(root: Path) -> None:
     _poisoned_dataset(root, "poisoned")
     p = SearchParams(num_samples=3, max_concurrent=2, epochs=2, n_startup_trials=1)
-    with pytest.raises(TrialFailedError, match="every trial of poisoned/ncde failed.*TrialFailedError"):
-        search(root, "poisoned", "ncde", p)
-    assert not search_result_path(root, "poisoned", "ncde").exists()  # nothing half-written
+    record = search(root, "poisoned", "ncde", p)  # recorded as failed, not raised
+    assert record["status"] == "failed" and record["n_failed"] == 3 and record["errors"]
+    assert all("non-finite" in e or "solver failed" in e for e in record["errors"]), record["errors"]
+    assert sum(int(e.rsplit("(", 1)[1].split()[0]) for e in record["errors"]) == 3  # every trial counted once
+    assert json.loads(search_result_path(root, "poisoned", "ncde").read_text()) == record
     client = MlflowClient(tracking.tracking_uri(root))
     exp = client.get_experiment_by_name("ctsweep/poisoned")
     runs = client.search_runs([exp.experiment_id])
@@ -70,8 +83,60 @@ def test_nan_trials_fail_cleanly_and_the_search_goes_on(root: Path) -> None:
         # rk4 trials see a NaN loss; dopri5 trials see the solver's step size underflow first
         error = r.data.tags.get("error", "")
         assert r.info.status == "FAILED" and ("non-finite" in error or "solver failed" in error), error
-    assert len(parent) == 1 and parent[0].info.status == "FAILED"
+    assert len(parent) == 1 and parent[0].info.status == "FAILED" and parent[0].data.tags[ALL_FAILED_TAG] == "true"
     assert json.loads(parent[0].data.tags["optuna_states"]) == {"FAIL": 3}  # Optuna told; none RUNNING
+
+
+@pytest.mark.slow
+def test_a_family_over_its_time_limit_is_recorded_failed_and_searched_again_with_more_time(
+        root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every cfc trial outruns its family's limit in epoch 1: a failed record naming the key to
+    raise, a FAILED parent, one warning and a normal return. The same search again runs (and
+    fails) again; with a larger limit it succeeds."""
+    save_dataset(processed_dir(root, "x"), build_xor("x", XorParams(kind="xor", n_train=200, n_test=20, seed=3)))
+    p = SearchParams(num_samples=2, max_concurrent=2, epochs=1, n_startup_trials=1, asha={"grace_period": 1},
+                     trial_time_limit_s=600, family_time_limit_s={"cfc": 0.001}, max_failures=1)
+    record = search(root, "x", "cfc", p)
+    reason = "first epoch exceeded the trial time limit of 0.001 s (search.family_time_limit_s.cfc) (2 trials)"
+    assert (record["status"], record["errors"], record["best_config"], record["best_val"]) == (
+        "failed", [reason], None, None)
+    assert (record["n_trials"], record["n_failed"], "space" in record) == (2, 2, False)
+    out = search_result_path(root, "x", "cfc")
+    assert read_record(out, "ctsweep search x cfc", SEARCH_FOR_FINAL) == record  # valid for the final stage
+    [warning] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ctsweep: warning:")]
+    assert warning.startswith("ctsweep: warning: x/cfc: all 2 search trials failed: ") and reason in warning
+    assert "results/x/search/cfc.json" in warning and "final and report will skip" in warning
+
+    client = MlflowClient(tracking.tracking_uri(root))
+    [parent] = _parents(client, "x")
+    assert parent.info.status == "FAILED" and parent.info.run_id == record["mlflow_parent_run_id"]
+    assert parent.data.tags[ALL_FAILED_TAG] == "true" and parent.data.tags[COMPLETE_TAG] == "true"
+    assert "search.family_time_limit_s.cfc" in parent.data.tags["error"]
+    assert parent.data.metrics["n_failed"] == 2 and "best_val" not in parent.data.metrics
+    for trial in record["trials"]:  # found by trial id although none reported an epoch
+        run = client.get_run(trial["mlflow_run_id"])
+        assert run.info.status == "FAILED" and "search.family_time_limit_s.cfc" in run.data.tags["error"]
+
+    again = search(root, "x", "cfc", p)  # a finished (failed) search is not resumed: it runs again
+    assert again["status"] == "failed" and not again["resumed"]
+    assert again["mlflow_parent_run_id"] != record["mlflow_parent_run_id"]
+    assert [r.info.status for r in _parents(client, "x")] == ["FAILED", "FAILED"]
+    assert "ctsweep: warning: x/cfc: all 2 search trials failed" in capsys.readouterr().err
+
+    more = search(root, "x", "cfc", p.model_copy(update={"family_time_limit_s": {"cfc": 600.0}}))
+    assert more["status"] == "ok" and more["n_failed"] == 0 and more["best_config"]["lr"] > 0
+    assert json.loads(out.read_text())["status"] == "ok"
+    assert _parents(client, "x")[-1].info.status == "FINISHED"
+    assert "ctsweep: warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("family_limits", "key"), [({}, "search.trial_time_limit_s"),
+                                                     ({"cfc": 2.5}, "search.family_time_limit_s.cfc")])
+def test_the_time_limit_error_names_the_key_that_set_the_limit(family_limits: dict, key: str) -> None:
+    p = SearchParams(trial_time_limit_s=2.5, family_time_limit_s=family_limits)
+    ctx = TrialContext("x", "cfc", "/d", 1, 0, 1.0, "sqlite:///m.db", "1", "p", p.time_limit_for("cfc"),
+                       time_limit_key=time_limit_key(p, "cfc"))
+    assert str(ctx.first_epoch_too_slow()) == f"first epoch exceeded the trial time limit of 2.5 s ({key})"
 
 
 def test_the_searched_dataset_s_reference_runs_first_with_its_fixed_values(root: Path) -> None:
@@ -79,11 +144,18 @@ def test_the_searched_dataset_s_reference_runs_first_with_its_fixed_values(root:
     class weight (fixed for that dataset only) and the paper's AdamW and lr decay."""
     save_dataset(processed_dir(root, "physionet2012"),
                  build_xor("physionet2012", XorParams(kind="xor", n_train=60, n_test=20, seed=3)))
-    record = search(root, "physionet2012", "cfc", SearchParams(num_samples=1, max_concurrent=1, epochs=1))
+    p = SearchParams(num_samples=1, max_concurrent=1, epochs=1, asha={"grace_period": 1})
+    record = search(root, "physionet2012", "cfc", p)
     [trial] = record["trials"]
     assert record["reference"]["optimizer"] == "adamw" and record["reference"]["hidden_size"] == 256
-    assert trial["status"] == "ok"
+    assert trial["status"] == "ok" and record["status"] == "ok"
     assert trial["config"] == {**record["reference"], "pos_weight": 11.69}
+    space = load_space(root / "search_spaces" / "cfc.yaml")  # the searched keys with their ranges, no fixed key
+    assert set(record["space"]) == set(space.params) and "pos_weight" not in record["space"]
+    assert record["space"]["lr"] == {"type": "float", "low": space.params["lr"].low,
+                                     "high": space.params["lr"].high, "log": True}
+    categorical = next(n for n, s in space.params.items() if s.distribution == "categorical")
+    assert record["space"][categorical] == {"type": "categorical", "choices": list(space.params[categorical].choices)}
     run = MlflowClient(tracking.tracking_uri(root)).get_run(trial["mlflow_run_id"])
     assert run.data.params["pos_weight"] == "11.69" and run.data.params["lr_decay"] == "0.9"  # recorded
 
@@ -95,5 +167,5 @@ def test_a_class_weight_on_regression_is_refused_before_ray(root: Path) -> None:
     meta = dataclasses.replace(d.meta, task="regression", metric="mse")
     save_dataset(processed_dir(root, "physionet2012"), Dataset(meta, d.splits))
     with pytest.raises(ConfigError, match=r"cfc.yaml: key `fixed.pos_weight`: is set but the task is regression"):
-        search(root, "physionet2012", "cfc", SearchParams(num_samples=1, epochs=1))
+        search(root, "physionet2012", "cfc", SearchParams(num_samples=1, epochs=1, asha={"grace_period": 1}))
     assert not ray.is_initialized()
