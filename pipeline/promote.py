@@ -3,8 +3,9 @@
 Per dataset the candidate is the family with the best mean validation metric among those that
 did not fail. It is registered as a version of `ctsweep-<dataset>` (once: running the stage
 again reuses the version of the same final run) carrying its metrics, per-seed scores, config
-and git commit as tags. The alias moves when a person asks for it (`force`, or promoting a family by hand) or when the rule in
-params.yaml says the candidate is better than the current champion:
+and git commit as tags. The alias moves when a person asks for it (`force`, or promoting a
+family by hand) or when the rule in params.yaml says the candidate is better than the current
+champion:
 
     mean validation better by more than `promote.min_improvement`, and, when
     `promote.max_p_value` is set, Welch's t-test on the two models' per-seed validation scores

@@ -142,8 +142,9 @@ def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dic
              f"Produced by `ctsweep report` at git commit `{commit[:12]}{commit[40:]}` (full provenance at the end).",
              "Mean ± sample standard deviation over the final seeds. The best family per dataset (chosen on",
              "validation only) is in bold; every other family's test difference to it comes with the two-sided",
-             "p-value of Welch's t-test on the per-seed test scores (* p < 0.05). Accuracy in %. Marks after a",
-             "family's name (†, ‡, §) say where a result cannot be trusted; the footnotes under each table say why.", ""]
+             "p-value of Welch's t-test on the per-seed test scores (* p < 0.05). Accuracy in %. Marks after",
+             "a family's name (†, ‡, §) say where a result cannot be trusted; the footnotes under each table",
+             "say why.", ""]
     cited: dict[str, int] = {}
     for dataset, results in finals.items():
         ok, _ = split(results)

@@ -66,7 +66,8 @@ def results_table(dataset: str, finals: dict[str, dict[str, Any]], best: str | N
         name = (f"**{family}** (best)" if family == best else family) + (f" {symbols}" if symbols else "")
         paper = _paper([f for f in refs.for_pair(dataset, family) if f.metric == metric], metric, cited)
         if is_failed(r):
-            lines.append(f"| {name} | failed | failed | {paper} | — | 0 | — | — | {r['n_trials']} ({r['n_failed']}) |")
+            trials = f"{r['n_trials']} ({r['n_failed']})"
+            lines.append(f"| {name} | failed | failed | {paper} | — | 0 | — | — | {trials} |")
             continue
         lines.append(f"| {name} | {fmt(r['test_mean'], r['test_std'], metric)} | "
                      f"{fmt(r['val_mean'], r['val_std'], metric)} | {paper} | "
