@@ -29,7 +29,7 @@ from pipeline.spaces import load_space, space_path  # noqa: E402
 def test_asha_stop_points_follow_rays_rungs() -> None:
     assert cluster.asha_stop_points(SearchParams(epochs=4)) == {2, 4}  # params.yaml: grace 2, factor 2
     assert cluster.asha_stop_points(SearchParams(epochs=2)) == {2}
-    assert cluster.asha_stop_points(SearchParams(epochs=1)) == {1}  # grace capped at epochs, as search does
+    assert cluster.asha_stop_points(SearchParams(epochs=1, asha=AshaParams(grace_period=1))) == {1}
     three = SearchParams(epochs=10, asha=AshaParams(grace_period=1, reduction_factor=3))
     assert cluster.asha_stop_points(three) == {1, 3, 9, 10}
 

@@ -25,7 +25,7 @@ def _tree(root: Path) -> dict[str, str]:
 def test_check_passes_the_project_and_writes_nothing(project: Path) -> None:
     before = _tree(project)
     summary = check_project(project)
-    assert summary.startswith(f"ok: {project / 'params.yaml'}: 3 dataset(s)") and "6 family" in summary
+    assert summary.startswith(f"ok: {project / 'params.yaml'}: 1 dataset(s)") and "6 family" in summary
     assert _tree(project) == before, "check must not create optuna.db, ray_results or anything else"
 
 

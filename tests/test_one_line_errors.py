@@ -31,15 +31,15 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_failing_final_prints_exactly_one_line(project: Path) -> None:
-    processed_dir(project, "xor_event").mkdir(parents=True)
-    path = search_result_path(project, "xor_event", "cfc")
+    processed_dir(project, "japanese_vowels").mkdir(parents=True)
+    path = search_result_path(project, "japanese_vowels", "cfc")
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"metric": "accuracy", "mode": "max", "best_config": {"lr": 1e-3}})[:40])
-    done = _run("final", "xor_event", "cfc", "--root", str(project))
+    done = _run("final", "japanese_vowels", "cfc", "--root", str(project))
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         f"ctsweep: error: {path} is corrupt (truncated JSON at line 1); rebuild it with "
-        f"`ctsweep search xor_event cfc` (or `dvc repro`)"], done.stderr
+        f"`ctsweep search japanese_vowels cfc` (or `dvc repro`)"], done.stderr
 
 
 @pytest.fixture
