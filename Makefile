@@ -26,12 +26,15 @@ RAY_PORT ?= 6388
 # RAY_ADDRESS, one local Ray head serves every stage, instead of each stage starting its own
 # (about 10 s apiece); it is stopped when dvc repro ends, whatever the outcome. Its dashboard
 # (http://127.0.0.1:8265) shows the trials, and Ray Train needs it for data-parallel trials.
+# A family whose every trial failed does not stop dvc repro (it is recorded as failed);
+# `ctsweep status` then lists it last and makes `make run` exit 1.
 run: install
 	@git rev-parse --git-dir >/dev/null 2>&1 || git init -q
 	@if [ -n "$$RAY_ADDRESS" ]; then dvc repro; else \
 	  export RAY_AUTH_MODE=token && \
 	  ray start --head --port=$(RAY_PORT) --dashboard-host=127.0.0.1 --disable-usage-stats >/dev/null && \
 	  trap 'ray stop >/dev/null 2>&1' EXIT && RAY_ADDRESS=127.0.0.1:$(RAY_PORT) dvc repro; fi
+	@$(BIN)/ctsweep status
 
 # Two test processes (pytest-xdist), one per core: the Ray, DVC and MLflow tests wait on
 # subprocesses much of the time, so the suite takes about 14 instead of 23 minutes here.
