@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import REPO, default_params, write_params
@@ -40,9 +41,8 @@ def _dvc_repro(root: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["dvc", "repro"], cwd=root, env=_env(root), capture_output=True, text=True, timeout=1500)
 
 
-@pytest.fixture(scope="module")
-def repro(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
-    root = tmp_path_factory.mktemp("project")
+def _build(root: Path) -> subprocess.CompletedProcess:
+    """The tiny project in `root`, and its first `dvc repro`."""
     shutil.copytree(REPO / "search_spaces", root / "search_spaces")
     shutil.copytree(REPO / "pipeline", root / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
@@ -50,7 +50,26 @@ def repro(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.Co
     write_params(root, _tiny_params())
     for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"]):
         subprocess.run(cmd, cwd=root, env=_env(root), check=True)
-    return root, _dvc_repro(root)
+    return _dvc_repro(root)
+
+
+@pytest.fixture(scope="module")
+def repro(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> tuple[Path, subprocess.CompletedProcess]:
+    """One project and one `dvc repro` for the whole module, also under xdist: the workers share
+    the run's temporary folder, and the first to take the lock builds it for the others."""
+    if worker_id == "master":
+        root = tmp_path_factory.mktemp("project")
+        return root, _build(root)
+    shared = tmp_path_factory.getbasetemp().parent
+    root, saved = shared / "failed_family_project", shared / "failed_family_repro.json"
+    with FileLock(str(shared / "failed_family.lock")):
+        if not saved.exists():
+            shutil.rmtree(root, ignore_errors=True)  # a worker whose build broke off left it half-made
+            root.mkdir()
+            done = _build(root)
+            saved.write_text(json.dumps([done.returncode, done.stdout, done.stderr]))
+    code, stdout, stderr = json.loads(saved.read_text())
+    return root, subprocess.CompletedProcess(["dvc", "repro"], code, stdout, stderr)
 
 
 def _json(root: Path, *parts: str) -> dict | list:
