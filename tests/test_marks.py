@@ -76,6 +76,13 @@ def test_edge_of_a_log_and_a_linear_range() -> None:
     hidden = {"type": "int", "low": 16, "high": 256, "log": False}
     assert edge({"hidden_size": 64}, {"hidden_size": hidden}) is None
     assert edge({"hidden_size": 250}, {"hidden_size": hidden}).detail == "hidden_size at the upper bound (250 of [16, 256])"
+    # a handful of integers is a choice, not a range: [1, 4] has four values, [32, 512] in 32s seventeen
+    steps = {"type": "int", "low": 1, "high": 4, "log": False}
+    assert edge({"solver_steps": 4}, {"solver_steps": steps}) is None
+    assert edge({"solver_steps": 5}, {"solver_steps": {**steps, "high": 5}}) is not None
+    wide = {"type": "int", "low": 32, "high": 512, "log": False, "step": 32}
+    assert edge({"hidden_size": 32}, {"hidden_size": wide}).detail == "hidden_size at the lower bound (32 of [32, 512])"
+    assert edge({"hidden_size": 32}, {"hidden_size": {**wide, "high": 128}}) is None  # 4 values
     categorical = {"solver": {"type": "categorical", "choices": ["euler", "rk4"]}}
     assert edge({"solver": "euler"}, categorical) is None
     assert edge({}, {"lr": LR_LOG}) is None  # an inactive conditional key

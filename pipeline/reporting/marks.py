@@ -9,7 +9,9 @@
     edge           the best configuration lies in the outer EDGE_FRACTION of a searched numeric
                    range (float or int with low/high; measured in log space when the range is
                    log-uniform): the search may have stopped short of a better value outside it.
-                   Categorical keys are never marked.
+                   Categorical keys are never marked, nor integer ranges of fewer than
+                   MIN_INT_VALUES values (solver_steps in [1, 4]): their ends are a quarter or
+                   more of the choices each, so sitting there says nothing about the range.
     mostly_failed  more than FAILED_SHARE of the search's trials failed (n_failed / n_trials).
     failed         every search trial failed (the final record's status is "failed"): the cell
                    has no scores; its detail is the record's `errors`.
@@ -30,6 +32,7 @@ LEGACY_STOP = "max_epochs"  # records written before seeds carried `stop` traine
 LAST_FRACTION = 0.25  # the tail of the curve that must not beat the rest for a seed to count as converged
 IMPROVEMENT_TOL = 0.005  # relative: a gain of at most 0.5% of |best| is noise, not progress
 EDGE_FRACTION = 0.05  # outer share of a searched range, at each end, that counts as its edge
+MIN_INT_VALUES = 5  # an integer range with fewer values is a handful of choices, like a categorical
 FAILED_SHARE = 0.5  # more failed trials than this share marks the search as mostly failed
 
 SYMBOLS = {NOT_CONVERGED: "†", EDGE: "‡", MOSTLY_FAILED: "§"}  # a failed cell prints "failed" instead
@@ -38,7 +41,8 @@ RULES = {
                     f"validation was still improving (the best score of their last {LAST_FRACTION:.0%} of epochs "
                     f"beat the earlier best by more than {IMPROVEMENT_TOL:.1%})"),
     EDGE: (f"at the edge: the best configuration lies in the outer {EDGE_FRACTION:.0%} of a searched range "
-           f"(in log space for log-uniform ranges), so a better value may lie outside it"),
+           f"(in log space for log-uniform ranges; integer ranges of fewer than {MIN_INT_VALUES} values are "
+           f"choices, never marked), so a better value may lie outside it"),
     MOSTLY_FAILED: f"mostly failed: more than {FAILED_SHARE:.0%} of the search's trials failed",
     FAILED: "failed: every search trial failed, so the family has no scores",
 }
@@ -105,6 +109,12 @@ def _position(value: float, spec: dict[str, Any]) -> float | None:
     return (value - low) / (high - low)
 
 
+def _int_values(spec: dict[str, Any]) -> int:
+    """How many values an integer range [low, high] in steps of `step` (default 1) holds."""
+    step = spec.get("step") or 1
+    return int((int(spec["high"]) - int(spec["low"])) // step) + 1
+
+
 def edge(config: dict[str, Any], space: dict[str, Any]) -> Mark | None:
     """The edge mark of a best configuration against its searched space, or None. Keys the space
     does not search numerically, or that the configuration lacks (an inactive conditional), are skipped."""
@@ -113,6 +123,8 @@ def edge(config: dict[str, Any], space: dict[str, Any]) -> Mark | None:
         value = config.get(key)
         if (not isinstance(spec, dict) or spec.get("type") not in ("float", "int") or "low" not in spec
                 or "high" not in spec or isinstance(value, bool) or not isinstance(value, (int, float))):
+            continue
+        if spec["type"] == "int" and _int_values(spec) < MIN_INT_VALUES:
             continue
         pos = _position(float(value), spec)
         if pos is None or EDGE_FRACTION < pos < 1 - EDGE_FRACTION:
