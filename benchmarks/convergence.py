@@ -94,45 +94,22 @@ def train_seed(job: SeedJob) -> dict[str, Any]:
     from pipeline.data.contract import load_dataset
     from pipeline.errors import TrialFailedError
     from pipeline.spaces import split_config
-    from pipeline.train import Trainer, TrainSettings
+    from pipeline.train import Trainer, TrainSettings, train_to_budget, with_patience
 
     start = time.monotonic()
     try:
         data = load_dataset(Path(job.data_dir))
         train_cfg, model_cfg = split_config(job.config)
-        if job.patience is not None and not train_cfg.get("patience"):  # a family's own protocol keeps its patience
-            train_cfg = {**train_cfg, "patience": job.patience}
-        trainer = Trainer(job.family, model_cfg, TrainSettings(**train_cfg), data, job.seed, job.device, job.epochs)
-        curve, best_state, stop = _train(trainer, job.epochs, job.time_limit_s, data.meta.mode)
+        trainer = Trainer(job.family, model_cfg, TrainSettings(**with_patience(train_cfg, job.patience)), data,
+                          job.seed, job.device, job.epochs)
+        # the final stage's own stopping rules (pipeline.train.train_to_budget), without its MLflow logging
+        curve, _, best_state, stop = train_to_budget(trainer, job.epochs, job.time_limit_s, data.meta.mode)
         trainer.model.load_state_dict(best_state)
         val, test = trainer.evaluate("val"), trainer.evaluate("test")
     except TrialFailedError as exc:  # a NaN loss or a solver failure: recorded, the other seeds go on
         return {"seed": job.seed, "status": "failed", "error": str(exc), "seconds": time.monotonic() - start}
     return {"seed": job.seed, "status": "ok", "val": val, "test": test, "curve": curve, "stop": stop,
             "epochs_trained": len(curve), "seconds": time.monotonic() - start}
-
-
-def _train(trainer: Any, epochs: int, time_limit_s: float | None, mode: str) -> tuple[list[float], Any, str]:
-    """Mirrors pipeline/final.py `_train` (same stopping rules, same order of checks) without its
-    MLflow logging: (validation curve, best-validation weights, why it stopped)."""
-    from pipeline.train import is_better
-
-    curve: list[float] = []
-    best_val, best_state, slowest = None, None, 0.0
-    started = time.monotonic()
-    while trainer.epoch < epochs:
-        # the cap is checked before each epoch against the slowest so far: never stop midway
-        if time_limit_s is not None and curve and time.monotonic() - started + slowest > time_limit_s:
-            return curve, best_state, "time_limit"
-        epoch_start = time.monotonic()
-        m = trainer.run_epoch()
-        slowest = max(slowest, time.monotonic() - epoch_start)
-        curve.append(m["val_metric"])
-        if is_better(m["val_metric"], best_val, mode):
-            best_val, best_state = m["val_metric"], trainer.weights()
-        if trainer.stopped_early:
-            return curve, best_state, "patience"
-    return curve, best_state, "max_epochs"
 
 
 def cells(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from pipeline.schema import SEARCH_FOR_FINAL, read_record
 from pipeline.serving import log_model_from_state
 from pipeline.protocol import dataset_problem
 from pipeline.spaces import split_config
-from pipeline.train import Trainer, TrainSettings, device_for, is_better
+from pipeline.train import Trainer, TrainSettings, device_for, train_to_budget, with_patience
 from pipeline.trial import local_dataset
 
 
@@ -83,13 +82,14 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
                                          "time_limit_s": job.time_limit_s})
     try:
         train_cfg, model_cfg = split_config(job.config)
-        if job.patience is not None and not train_cfg.get("patience"):  # a family's own protocol keeps its patience
-            train_cfg = {**train_cfg, "patience": job.patience}
         dataset = local_dataset(data)
-        trainer = Trainer(job.family, model_cfg, TrainSettings(**train_cfg), dataset, job.seed, device_for(job.gpus),
-                          job.epochs)
-        curve, seconds, best_state, stop = _train(trainer, job, client, run_id, dataset.meta.mode)
-        tracking.set_tags(client, run_id, {final_resume.STOP_TAG: stop})
+        trainer = Trainer(job.family, model_cfg, TrainSettings(**with_patience(train_cfg, job.patience)), dataset,
+                          job.seed, device_for(job.gpus), job.epochs)
+        curve, seconds, best_state, stop = train_to_budget(
+            trainer, job.epochs, job.time_limit_s, dataset.meta.mode,
+            lambda m: tracking.log_metrics(client, run_id, m, step=trainer.epoch))
+        tracking.set_tags(client, run_id, {final_resume.STOP_TAG: stop, **({"patience_stopped": "true"}
+                                                                          if stop == "patience" else {})})
         trainer.model.load_state_dict(best_state)  # copies onto the model's device
         result = {"seed": job.seed, "val": trainer.evaluate("val"), "test": trainer.evaluate("test"),
                   "num_params": trainer.model.num_parameters(), "seconds_per_epoch": statistics.median(seconds),
@@ -106,34 +106,6 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
     if job.lr_factor != 1.0:  # robustness reruns only report scores: no weights through the object store
         return {**result, "lr_factor": job.lr_factor}
     return {**result, "lr_factor": job.lr_factor, "state_dict": best_state}
-
-
-def _train(trainer: Trainer, job: SeedJob, client: tracking.MlflowClient, run_id: str,
-           mode: str) -> tuple[list[float], list[float], dict[str, Any], str]:
-    """Train until early stopping, `job.epochs` or the wall-clock cap, whichever comes first:
-    (validation curve, training seconds per epoch, best-validation weights, why it stopped).
-
-    The cap is checked before each epoch against the slowest epoch so far (training and
-    validation), so a seed stops before it would run past `job.time_limit_s`, never midway."""
-    curve: list[float] = []
-    seconds: list[float] = []
-    best_val, best_state, slowest = None, None, 0.0
-    started = time.monotonic()
-    while trainer.epoch < job.epochs:
-        if job.time_limit_s is not None and curve and time.monotonic() - started + slowest > job.time_limit_s:
-            return curve, seconds, best_state, "time_limit"
-        epoch_start = time.monotonic()
-        m = trainer.run_epoch()
-        slowest = max(slowest, time.monotonic() - epoch_start)
-        tracking.log_metrics(client, run_id, m, step=trainer.epoch)
-        curve.append(m["val_metric"])
-        seconds.append(m["epoch_seconds"])
-        if is_better(m["val_metric"], best_val, mode):
-            best_val, best_state = m["val_metric"], trainer.weights()
-        if trainer.stopped_early:  # `patience` epochs without a better validation score
-            tracking.set_tags(client, run_id, {"patience_stopped": "true"})
-            return curve, seconds, best_state, "patience"
-    return curve, seconds, best_state, "max_epochs"
 
 
 def _spread(jobs: list[SeedJob], data: Dataset, res: Resources) -> list[dict[str, Any]]:

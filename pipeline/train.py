@@ -273,3 +273,42 @@ def device_for(gpus: float) -> str:
 def is_better(a: float, b: float | None, mode: str) -> bool:
     """Whether metric value `a` beats `b` (None: anything beats it) in direction `mode`."""
     return b is None or (a > b if mode == "max" else a < b)
+
+
+def with_patience(train_cfg: dict[str, Any], patience: int | None) -> dict[str, Any]:
+    """The training keys with early stopping after `patience` epochs, unless the configuration
+    sets its own `patience` (a family's paper protocol keeps it) or `patience` is None."""
+    if patience is None or train_cfg.get("patience"):
+        return train_cfg
+    return {**train_cfg, "patience": patience}
+
+
+def train_to_budget(trainer: Trainer, epochs: int, time_limit_s: float | None, mode: str,
+                    on_epoch: Callable[[dict[str, float]], None] | None = None,
+                    ) -> tuple[list[float], list[float], dict[str, Any], str]:
+    """Train until early stopping, `epochs` or the wall-clock cap, whichever comes first:
+    (validation curve, training seconds per epoch, best-validation weights, why it stopped:
+    "patience", "max_epochs" or "time_limit"). `on_epoch` receives each epoch's metrics.
+
+    The cap is checked before each epoch against the slowest epoch so far (training and
+    validation), so training stops before it would run past `time_limit_s`, never midway; the
+    first epoch always runs."""
+    curve: list[float] = []
+    seconds: list[float] = []
+    best_val, best_state, slowest = None, None, 0.0
+    started = time.monotonic()
+    while trainer.epoch < epochs:
+        if time_limit_s is not None and curve and time.monotonic() - started + slowest > time_limit_s:
+            return curve, seconds, best_state, "time_limit"
+        epoch_start = time.monotonic()
+        m = trainer.run_epoch()
+        slowest = max(slowest, time.monotonic() - epoch_start)
+        if on_epoch is not None:
+            on_epoch(m)
+        curve.append(m["val_metric"])
+        seconds.append(m["epoch_seconds"])
+        if is_better(m["val_metric"], best_val, mode):
+            best_val, best_state = m["val_metric"], trainer.weights()
+        if trainer.stopped_early:  # `patience` epochs without a better validation score
+            return curve, seconds, best_state, "patience"
+    return curve, seconds, best_state, "max_epochs"

@@ -91,33 +91,3 @@ def test_factor_two_run_on_a_tiny_project(tiny: Path, tmp_path: Path) -> None:
     markdown = (out / "convergence.md").read_text()
     assert "| xor_event | cfc | accuracy | 50.0 ± 2.8 | 2 of 2 (2 max_epochs) |" in markdown
     assert "Skipped: xor_event/ncde (every search trial failed)" in markdown
-
-
-class _FakeTrainer:
-    """run_epoch returns the next validation score; `patience` as pipeline.train.Trainer counts it."""
-
-    def __init__(self, scores: list[float], patience: int = 0) -> None:
-        self.scores, self.patience, self.epoch, self.best, self.stale = scores, patience, 0, None, 0
-
-    def run_epoch(self) -> dict:
-        val = self.scores[self.epoch]
-        self.epoch += 1
-        self.best, self.stale = (val, 0) if self.best is None or val > self.best else (self.best, self.stale + 1)
-        return {"val_metric": val}
-
-    @property
-    def stopped_early(self) -> bool:
-        return 0 < self.patience <= self.stale
-
-    def weights(self) -> dict:
-        return {"epoch": self.epoch}
-
-
-def test_train_follows_the_final_stages_stopping_rules() -> None:
-    scores = [0.5, 0.7, 0.6, 0.6, 0.9, 0.9]
-    curve, best, stop = convergence._train(_FakeTrainer(scores), 6, None, "max")
-    assert (curve, best, stop) == (scores, {"epoch": 5}, "max_epochs")  # the best epoch's weights
-    curve, best, stop = convergence._train(_FakeTrainer(scores, patience=2), 6, None, "max")
-    assert (len(curve), best, stop) == (4, {"epoch": 2}, "patience")
-    curve, best, stop = convergence._train(_FakeTrainer(scores), 6, 1e-9, "max")
-    assert (len(curve), stop) == (1, "time_limit")  # at least one epoch, then the cap

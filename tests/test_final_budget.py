@@ -17,6 +17,7 @@ from pipeline.data.xor import build as build_xor
 from pipeline.errors import ConfigError
 from pipeline.final import final, stopping
 from pipeline.paths import final_result_path, processed_dir, search_result_path
+from pipeline.train import train_to_budget
 from tests.conftest import default_params, write_params
 
 # A small CfC (Hasani et al. 2022, Table S1's optimiser and schedule) that trains in well under a
@@ -130,3 +131,35 @@ def test_the_best_epoch_is_the_first_best_in_either_direction() -> None:
     assert stopping({"curve": [0.5, 0.7, 0.7, 0.6]}, "max") == {"stop": "max_epochs", "best_epoch": 2,
                                                                  "epochs_trained": 4}
     assert stopping({"curve": [3.0, 1.0, 1.0], "stop": "patience"}, "min")["best_epoch"] == 2
+
+
+class _FakeTrainer:
+    """run_epoch returns the next validation score; `patience` as pipeline.train.Trainer counts it."""
+
+    def __init__(self, scores: list[float], patience: int = 0) -> None:
+        self.scores, self.patience, self.epoch, self.best, self.stale = scores, patience, 0, None, 0
+
+    def run_epoch(self) -> dict:
+        val = self.scores[self.epoch]
+        self.epoch += 1
+        self.best, self.stale = (val, 0) if self.best is None or val > self.best else (self.best, self.stale + 1)
+        return {"val_metric": val, "epoch_seconds": 0.0}
+
+    @property
+    def stopped_early(self) -> bool:
+        return 0 < self.patience <= self.stale
+
+    def weights(self) -> dict:
+        return {"epoch": self.epoch}
+
+
+def test_train_to_budget_keeps_the_best_epoch_and_says_why_it_stopped() -> None:
+    scores = [0.5, 0.7, 0.6, 0.6, 0.9, 0.9]
+    seen: list[dict] = []
+    curve, _, best, stop = train_to_budget(_FakeTrainer(scores), 6, None, "max", seen.append)
+    assert (curve, best, stop) == (scores, {"epoch": 5}, "max_epochs")  # the first best epoch's weights
+    assert [m["val_metric"] for m in seen] == scores
+    curve, _, best, stop = train_to_budget(_FakeTrainer(scores, patience=2), 6, None, "max")
+    assert (len(curve), best, stop) == (4, {"epoch": 2}, "patience")
+    curve, _, best, stop = train_to_budget(_FakeTrainer(scores), 6, 1e-9, "max")
+    assert (len(curve), stop) == (1, "time_limit")  # at least one epoch, then the cap
