@@ -103,13 +103,13 @@ def train_seed(job: SeedJob) -> dict[str, Any]:
         trainer = Trainer(job.family, model_cfg, TrainSettings(**with_patience(train_cfg, job.patience)), data,
                           job.seed, job.device, job.epochs)
         # the final stage's own stopping rules (pipeline.train.train_to_budget), without its MLflow logging
-        curve, _, best_state, stop = train_to_budget(trainer, job.epochs, job.time_limit_s, data.meta.mode)
-        trainer.model.load_state_dict(best_state)
+        run = train_to_budget(trainer, job.epochs, job.time_limit_s, data.meta.mode)
+        trainer.model.load_state_dict(run.best_state)
         val, test = trainer.evaluate("val"), trainer.evaluate("test")
     except TrialFailedError as exc:  # a NaN loss or a solver failure: recorded, the other seeds go on
         return {"seed": job.seed, "status": "failed", "error": str(exc), "seconds": time.monotonic() - start}
-    return {"seed": job.seed, "status": "ok", "val": val, "test": test, "curve": curve, "stop": stop,
-            "epochs_trained": len(curve), "seconds": time.monotonic() - start}
+    return {"seed": job.seed, "status": "ok", "val": val, "test": test, "curve": run.curve, "stop": run.stop,
+            "best_epoch": run.best_epoch, "epochs_trained": len(run.curve), "seconds": time.monotonic() - start}
 
 
 def cells(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -85,27 +85,27 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
         dataset = local_dataset(data)
         trainer = Trainer(job.family, model_cfg, TrainSettings(**with_patience(train_cfg, job.patience)), dataset,
                           job.seed, device_for(job.gpus), job.epochs)
-        curve, seconds, best_state, stop = train_to_budget(
-            trainer, job.epochs, job.time_limit_s, dataset.meta.mode,
-            lambda m: tracking.log_metrics(client, run_id, m, step=trainer.epoch))
-        tracking.set_tags(client, run_id, {final_resume.STOP_TAG: stop, **({"patience_stopped": "true"}
-                                                                          if stop == "patience" else {})})
-        trainer.model.load_state_dict(best_state)  # copies onto the model's device
-        result = {"seed": job.seed, "val": trainer.evaluate("val"), "test": trainer.evaluate("test"),
-                  "num_params": trainer.model.num_parameters(), "seconds_per_epoch": statistics.median(seconds),
-                  "curve": curve, "mlflow_run_id": run_id, "stop": stop}
-        tracking.log_metrics(client, run_id, {"final_val": result["val"], "final_test": result["test"],
-                                              "num_params": result["num_params"],
+        run = train_to_budget(trainer, job.epochs, job.time_limit_s, dataset.meta.mode,
+                              lambda m: tracking.log_metrics(client, run_id, m, step=trainer.epoch))
+        tracking.set_tags(client, run_id, {final_resume.STOP_TAG: run.stop, **({"patience_stopped": "true"}
+                                                                              if run.stop == "patience" else {})})
+        trainer.model.load_state_dict(run.best_state)  # copies onto the model's device
+        val, val_loss = trainer.evaluate_with_loss("val")
+        result = {"seed": job.seed, "val": val, "val_loss": val_loss, "test": trainer.evaluate("test"),
+                  "num_params": trainer.model.num_parameters(), "seconds_per_epoch": statistics.median(run.seconds),
+                  "curve": run.curve, "mlflow_run_id": run_id, "stop": run.stop, "best_epoch": run.best_epoch}
+        tracking.log_metrics(client, run_id, {"final_val": val, "final_val_loss": val_loss, "final_test": result["test"],
+                                              "num_params": result["num_params"], "best_epoch": run.best_epoch,
                                               "seconds_per_epoch": result["seconds_per_epoch"]})
         if job.lr_factor == 1.0:  # a resumed stage reuses this seed instead of training it again
-            final_resume.save_state(client, run_id, best_state)
+            final_resume.save_state(client, run_id, run.best_state)
     except Exception as exc:
         tracking.finish(client, run_id, exc)
         raise
     tracking.finish(client, run_id)
     if job.lr_factor != 1.0:  # robustness reruns only report scores: no weights through the object store
         return {**result, "lr_factor": job.lr_factor}
-    return {**result, "lr_factor": job.lr_factor, "state_dict": best_state}
+    return {**result, "lr_factor": job.lr_factor, "state_dict": run.best_state}
 
 
 def _spread(jobs: list[SeedJob], data: Dataset, res: Resources) -> list[dict[str, Any]]:
@@ -268,25 +268,34 @@ def _robustness(config: dict[str, Any], mode: str, factor: float, runs: list[dic
 
 def stopping(result: dict[str, Any], mode: str) -> dict[str, Any]:
     """How a seed's training ended: {"stop": "patience"|"max_epochs"|"time_limit",
-    "best_epoch": 1-based epoch of its best validation score, "epochs_trained"}."""
+    "best_epoch": 1-based epoch whose weights were kept, "epochs_trained"}. A result without
+    `best_epoch` (a seed run logged before it was recorded) gets the first epoch of its best
+    validation score."""
     curve = result["curve"]
     best = max(range(len(curve)), key=lambda i: (curve[i], -i)) if mode == "max" else \
         min(range(len(curve)), key=lambda i: (curve[i], i))
-    return {"stop": result.get("stop", "max_epochs"), "best_epoch": best + 1, "epochs_trained": len(curve)}
+    return {"stop": result.get("stop", "max_epochs"), "best_epoch": int(result.get("best_epoch") or best + 1),
+            "epochs_trained": len(curve)}
+
+
+def _mean_loss(runs: list[dict[str, Any]]) -> float | None:
+    """Mean validation loss at the kept epochs; None when a seed has none recorded."""
+    losses = [r.get("val_loss") for r in runs]
+    return None if any(v is None for v in losses) else statistics.fmean(losses)
 
 
 def _record(dataset: str, family: str, searched: dict[str, Any], runs: list[dict[str, Any]],
             p: FinalParams) -> dict[str, Any]:
     val_mean, val_std = _summary([r["val"] for r in runs])
     test_mean, test_std = _summary([r["test"] for r in runs])
-    keep = ("seed", "val", "test", "num_params", "seconds_per_epoch", "curve", "mlflow_run_id")
+    keep = ("seed", "val", "val_loss", "test", "num_params", "seconds_per_epoch", "curve", "mlflow_run_id")
     return {
         "status": "ok", "dataset": dataset, "family": family, "metric": searched["metric"], "mode": searched["mode"],
         "config": searched["best_config"], "epochs": p.epochs, "max_epochs": p.epochs, "patience": p.patience,
         "time_limit_s": p.time_limit_s, "space": searched.get("space"), "n_seeds": len(runs),
-        "val_mean": val_mean, "val_std": val_std, "test_mean": test_mean, "test_std": test_std,
-        "params": runs[0]["num_params"],
+        "val_mean": val_mean, "val_std": val_std, "val_loss_mean": _mean_loss(runs),
+        "test_mean": test_mean, "test_std": test_std, "params": runs[0]["num_params"],
         "seconds_per_epoch": statistics.median(r["seconds_per_epoch"] for r in runs),
         "n_trials": searched["n_trials"], "n_failed": searched["n_failed"],
-        "seeds": [{**{k: r[k] for k in keep}, **stopping(r, searched["mode"])} for r in runs],
+        "seeds": [{**{k: r.get(k) for k in keep}, **stopping(r, searched["mode"])} for r in runs],
     }

@@ -89,7 +89,9 @@ def finished_seeds(client: tracking.MlflowClient, exp_id: str, parent: str) -> d
                       "test": metrics["final_test"], "num_params": int(metrics["num_params"]),
                       "seconds_per_epoch": metrics["seconds_per_epoch"],
                       "curve": [curve[s] for s in sorted(curve)], "mlflow_run_id": run.info.run_id,
-                      "stop": run.data.tags.get(STOP_TAG, "max_epochs")}
+                      "stop": run.data.tags.get(STOP_TAG, "max_epochs"),
+                      # logged since the validation loss breaks ties of the metric (absent before)
+                      "val_loss": metrics.get("final_val_loss"), "best_epoch": metrics.get("best_epoch")}
     return found
 
 

@@ -70,6 +70,13 @@ def test_without_patience_every_epoch_runs_and_the_best_epoch_is_kept(root: Path
         assert seed["stop"] == "max_epochs" and seed["epochs_trained"] == 4
         assert seed["curve"][seed["best_epoch"] - 1] == max(seed["curve"])
         assert seed["val"] == pytest.approx(max(seed["curve"]), abs=1e-6)  # the best epoch's weights were scored
+    # The kept epoch's validation loss, as the epoch logged it to MLflow, and its mean decides ties
+    client = tracking.MlflowClient(tracking.tracking_uri(root))
+    for seed in record["seeds"]:
+        history = {m.step: m.value for m in client.get_metric_history(seed["mlflow_run_id"], "val_loss")}
+        assert len(history) == 4 and seed["val_loss"] == pytest.approx(history[seed["best_epoch"]], rel=1e-5)
+        assert client.get_run(seed["mlflow_run_id"]).data.metrics["best_epoch"] == seed["best_epoch"]
+    assert record["val_loss_mean"] == pytest.approx(sum(s["val_loss"] for s in record["seeds"]) / 2)
 
 
 def test_the_wall_clock_cap_stops_a_seed_between_epochs(root: Path) -> None:
@@ -136,14 +143,16 @@ def test_the_best_epoch_is_the_first_best_in_either_direction() -> None:
 class _FakeTrainer:
     """run_epoch returns the next validation score; `patience` as pipeline.train.Trainer counts it."""
 
-    def __init__(self, scores: list[float], patience: int = 0) -> None:
+    def __init__(self, scores: list[float], patience: int = 0, losses: list[float] | None = None) -> None:
         self.scores, self.patience, self.epoch, self.best, self.stale = scores, patience, 0, None, 0
+        self.losses = losses
 
     def run_epoch(self) -> dict:
         val = self.scores[self.epoch]
+        loss = None if self.losses is None else self.losses[self.epoch]
         self.epoch += 1
         self.best, self.stale = (val, 0) if self.best is None or val > self.best else (self.best, self.stale + 1)
-        return {"val_metric": val, "epoch_seconds": 0.0}
+        return {"val_metric": val, "epoch_seconds": 0.0, **({} if loss is None else {"val_loss": loss})}
 
     @property
     def stopped_early(self) -> bool:
@@ -156,10 +165,27 @@ class _FakeTrainer:
 def test_train_to_budget_keeps_the_best_epoch_and_says_why_it_stopped() -> None:
     scores = [0.5, 0.7, 0.6, 0.6, 0.9, 0.9]
     seen: list[dict] = []
-    curve, _, best, stop = train_to_budget(_FakeTrainer(scores), 6, None, "max", seen.append)
-    assert (curve, best, stop) == (scores, {"epoch": 5}, "max_epochs")  # the first best epoch's weights
-    assert [m["val_metric"] for m in seen] == scores
-    curve, _, best, stop = train_to_budget(_FakeTrainer(scores, patience=2), 6, None, "max")
-    assert (len(curve), best, stop) == (4, {"epoch": 2}, "patience")
-    curve, _, best, stop = train_to_budget(_FakeTrainer(scores), 6, 1e-9, "max")
-    assert (len(curve), stop) == (1, "time_limit")  # at least one epoch, then the cap
+    run = train_to_budget(_FakeTrainer(scores), 6, None, "max", seen.append)
+    assert (run.curve, run.best_state, run.best_epoch, run.stop) == (scores, {"epoch": 5}, 5, "max_epochs")
+    assert [m["val_metric"] for m in seen] == scores  # no loss: a tie keeps the first best epoch
+    run = train_to_budget(_FakeTrainer(scores, patience=2), 6, None, "max")
+    assert (len(run.curve), run.best_state, run.stop) == (4, {"epoch": 2}, "patience")
+    run = train_to_budget(_FakeTrainer(scores), 6, 1e-9, "max")
+    assert (len(run.curve), run.stop) == (1, "time_limit")  # at least one epoch, then the cap
+
+
+def test_a_tie_on_the_metric_keeps_the_epoch_of_lower_validation_loss_without_training_longer() -> None:
+    scores = [0.5, 0.9, 0.8, 0.9, 0.9, 0.7]
+    losses = [1.0, 0.40, 0.3, 0.35, 0.50, 0.1]  # epoch 3's loss is lower, but its accuracy is not tied
+    run = train_to_budget(_FakeTrainer(scores, losses=losses), 6, None, "max")
+    assert (run.best_state, run.best_epoch) == ({"epoch": 4}, 4)
+    run = train_to_budget(_FakeTrainer(scores, patience=3, losses=losses), 6, None, "max")
+    # patience counts epochs without a better metric only: the lower loss at epoch 4 does not reset it
+    assert (len(run.curve), run.best_epoch, run.stop) == (5, 4, "patience")
+    # lower is better (an MSE): the same rule
+    run = train_to_budget(_FakeTrainer([2.0, 1.0, 1.0], losses=[2.0, 1.0, 0.5]), 3, None, "min")
+    assert run.best_epoch == 3
+
+
+def test_the_recorded_best_epoch_wins_over_the_first_best_of_the_curve() -> None:
+    assert stopping({"curve": [0.5, 0.9, 0.9], "best_epoch": 3}, "max")["best_epoch"] == 3

@@ -14,6 +14,7 @@ from pipeline.errors import ConfigError, MissingInputError
 from pipeline.final import _summary
 from pipeline.paths import final_result_path, search_result_path
 from pipeline.reporting.report import best_family, report
+from pipeline.reporting.tables import tie_lines
 from pipeline.reporting.stats import welch
 
 
@@ -63,6 +64,20 @@ def test_best_family_uses_validation_and_direction() -> None:
     for r in results.values():
         r["mode"] = "min"
     assert best_family(results) == "b"
+
+
+def test_a_validation_tie_is_broken_by_the_lower_validation_loss_never_by_test() -> None:
+    tie = 0.1 + 0.2  # 0.30000000000000004: a mean of the same scores in another order may differ so
+    results = {"a": {"val_mean": 0.3, "val_loss_mean": 0.40, "test_mean": 0.99, "mode": "max"},
+               "b": {"val_mean": tie, "val_loss_mean": 0.20, "test_mean": 0.10, "mode": "max"},
+               "c": {"val_mean": 0.3, "test_mean": 0.99, "mode": "max"}}  # no loss recorded: loses the tie
+    assert best_family(results) == "b"
+    lines = tie_lines({f: {**r, "metric": "accuracy"} for f, r in results.items()}, "b")
+    assert lines[0].startswith("Best on validation: 3 families tie at 30.00;")
+    assert "a 0.4000, b 0.2000, c not recorded" in lines[0]
+    results["a"]["val_mean"] = 0.31
+    assert best_family(results) == "a"  # a better score wins whatever the loss
+    assert tie_lines({f: {**r, "metric": "accuracy"} for f, r in results.items()}, "a") == []
 
 
 def test_table_marks_the_best_and_tests_every_family_against_it(project: Path) -> None:

@@ -47,13 +47,20 @@ FAILED_KEYS = ("dataset", "family", "metric", "n_trials", "n_failed", "errors") 
 
 
 def best_family(results: dict[str, dict[str, Any]]) -> str | None:
-    """The family with the best mean validation metric among those that did not fail (selection
-    never looks at test); None when every family failed."""
+    """The family with the best mean validation metric among those that did not fail, ties
+    broken by the lower mean validation loss (`val_loss_mean`; a record without one loses the
+    tie); selection never looks at test. None when every family failed."""
     ok = {f: r for f, r in results.items() if not is_failed(r)}
     if not ok:
         return None
-    pick = max if next(iter(ok.values()))["mode"] == "max" else min
-    return pick(ok, key=lambda f: ok[f]["val_mean"])
+    sign = 1.0 if next(iter(ok.values()))["mode"] == "max" else -1.0
+
+    def merit(family: str) -> tuple[float, float]:
+        loss = ok[family].get("val_loss_mean")
+        # rounded: seed means of equal scores may differ in the last bits, and that is a tie
+        return round(sign * ok[family]["val_mean"], 9), -(math.inf if loss is None else loss)
+
+    return max(ok, key=merit)
 
 
 def _csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -102,7 +109,7 @@ def _metrics(results: dict[str, dict[str, Any]], best: str | None,
             out[f] = {**{k: r[k] for k in FAILED_KEYS}, "status": "failed", "marks": shown}
             continue
         p = tests[f].p if tests[f] is not None else math.nan
-        out[f] = {**{k: r[k] for k in METRIC_KEYS}, "status": "ok", "marks": shown, "best": f == best,
+        out[f] = {**{k: r[k] for k in METRIC_KEYS}, "val_loss_mean": r.get("val_loss_mean"), "status": "ok", "marks": shown, "best": f == best,
                   "p_vs_best": None if math.isnan(p) else round(p, 6)}
     return out
 

@@ -73,7 +73,26 @@ def results_table(dataset: str, finals: dict[str, dict[str, Any]], best: str | N
                      f"{fmt(r['val_mean'], r['val_std'], metric)} | {paper} | "
                      f"{versus_best(tests[family], metric)} | {r['n_seeds']} | {r['params']:,} | "
                      f"{r['seconds_per_epoch']:.2f} | {r['n_trials']} ({r['n_failed']}) |")
-    return lines + [""] + footnotes(marks)
+    return lines + [""] + tie_lines(finals, best) + footnotes(marks)
+
+
+def tie_lines(finals: dict[str, dict[str, Any]], best: str | None) -> list[str]:
+    """Under a table whose best validation score is shared: which families tie and the mean
+    validation losses that decided (pipeline.reporting.report.best_family); nothing otherwise."""
+    if best is None:
+        return []
+    top = finals[best]["val_mean"]
+    tied = [f for f, r in finals.items() if not is_failed(r) and round(r["val_mean"], 9) == round(top, 9)]
+    if len(tied) < 2:
+        return []
+
+    def loss(family: str) -> str:
+        value = finals[family].get("val_loss_mean")
+        return "not recorded" if value is None else f"{value:.4f}"
+
+    losses = ", ".join(f"{f} {loss(f)}" for f in tied)
+    return [f"Best on validation: {len(tied)} families tie at {fmt(top, None, finals[best]['metric'])}; the lowest "
+            f"mean validation loss at the kept epochs decides ({losses}).", ""]
 
 
 def footnotes(marks: dict[str, list[Mark]]) -> list[str]:
