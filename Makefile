@@ -26,14 +26,21 @@ RAY_PORT ?= 6388
 # RAY_ADDRESS, one local Ray head serves every stage, instead of each stage starting its own
 # (about 10 s apiece); it is stopped when dvc repro ends, whatever the outcome. Its dashboard
 # (http://127.0.0.1:8265) shows the trials, and Ray Train needs it for data-parallel trials.
+# `ray start --block` runs in the background and is stopped by its PID, which stops this head
+# only: `ray stop` would stop every Ray process of the machine's users, other clusters included.
 # A family whose every trial failed does not stop dvc repro (it is recorded as failed);
 # `ctsweep status` then lists it last and makes `make run` exit 1.
 run: install
 	@git rev-parse --git-dir >/dev/null 2>&1 || git init -q
 	@if [ -n "$$RAY_ADDRESS" ]; then dvc repro; else \
-	  export RAY_AUTH_MODE=token && \
-	  ray start --head --port=$(RAY_PORT) --dashboard-host=127.0.0.1 --disable-usage-stats >/dev/null && \
-	  trap 'ray stop >/dev/null 2>&1' EXIT && RAY_ADDRESS=127.0.0.1:$(RAY_PORT) dvc repro; fi
+	  export RAY_AUTH_MODE=token; \
+	  ray start --head --block --port=$(RAY_PORT) --dashboard-host=127.0.0.1 --disable-usage-stats \
+	    >/dev/null 2>&1 & head=$$!; \
+	  trap 'kill $$head 2>/dev/null; wait $$head 2>/dev/null' EXIT; \
+	  for i in $$(seq 120); do ray health-check --address=127.0.0.1:$(RAY_PORT) >/dev/null 2>&1 && break; \
+	    kill -0 $$head 2>/dev/null || { echo "ray start failed (port $(RAY_PORT) in use? RAY_PORT=...)" >&2; exit 1; }; \
+	    sleep 1; done; \
+	  RAY_ADDRESS=127.0.0.1:$(RAY_PORT) dvc repro; fi
 	@$(BIN)/ctsweep status
 
 # Two test processes (pytest-xdist), one per core: the Ray, DVC and MLflow tests wait on
