@@ -337,3 +337,84 @@ def test_latent_ode_tw_adds_one_coupling_coefficient_per_ode_weight() -> None:
     assert weights == 2 * 2875
     clocks = len(linears) * (1 * 16 + 16 + 16 * 2 + 2)
     assert temporal.num_parameters() == plain.num_parameters() + weights + clocks
+
+
+@pytest.mark.parametrize("options", [
+    {"solver_steps": 1},
+    {"solver_steps": 3},
+    {"solver_steps": 2, "tw_clock": "index"},
+    {"method": "euler", "solver_steps": 2, "tw_scope": "block", "tw_coupling": "rank1"},
+    {"tw_layout": "algorithm1", "tw_scope": "row"},
+])
+def test_ode_rnn_tw_weights_built_per_interval_equal_those_built_per_evaluation(options: dict) -> None:
+    # The stage precomputation (tw_stages.IntervalField) must be an implementation detail: the
+    # same outputs and gradients on a fixed batch as building W'(t) at every solver evaluation.
+    from pipeline.models.tw_models import ODERNNTW
+
+    torch.manual_seed(0)
+    x, dt, mask = torch.randn(6, 7, 3), torch.rand(6, 7) + 0.1, torch.rand(6, 7) > 0.2
+    dt[:2, 5:], mask[:2, 5:] = 0.0, False  # padded rows: dt = 0
+    model = ODERNNTW(input_channels=3, output_size=2, hidden_size=8, vf_units=5, **options)
+    results = []
+    for precompute in (False, True):
+        model.precompute_stages = precompute
+        model.zero_grad()
+        out = model(x=x, dt=dt, mask=mask)
+        out.square().sum().backward()
+        results.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
+    (out_each, grads_each), (out_once, grads_once) = results
+    torch.testing.assert_close(out_once, out_each, rtol=0, atol=1e-5)
+    for a, b in zip(grads_once, grads_each):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_stage_grid_knows_the_fixed_step_solvers_evaluation_times() -> None:
+    from pipeline.models.tw_stages import stage_grid
+
+    assert stage_grid({"method": "rk4", "options": {"step_size": 1.0 / 3}}) == 9  # 3/8 rule: thirds of a step
+    assert stage_grid({"method": "euler", "options": {"step_size": 0.5}}) == 2
+    assert stage_grid({"method": "dopri5", "rtol": 1e-3, "atol": 1e-4, "options": {"max_num_steps": 100}}) is None
+    assert stage_grid({"method": "rk4", "options": {"step_size": 0.3}}) is None  # not a whole number of steps
+
+
+def test_an_evaluation_off_the_grid_builds_its_own_weights() -> None:
+    from pipeline.models.temporal_weights import TemporalMLP
+    from pipeline.models.tw_stages import IntervalField
+
+    torch.manual_seed(0)
+    net = TemporalMLP([4, 3, 4], scope="full", block=16, clock_units=4)
+    start, dt = torch.rand(5), torch.rand(5) + 0.5
+    field = IntervalField(net, dt, start, dt, grid=3)
+    h = torch.randn(5, 4)
+    for s in (0.0, 1.0 / 3, 0.5, 1.0):  # 0.5 is off the grid of thirds
+        expected = dt.unsqueeze(-1) * net(h, start + s * dt)
+        torch.testing.assert_close(field(torch.tensor(s), h), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("clock", ["time", "index"])
+def test_latent_ode_tw_weights_built_per_interval_equal_those_built_per_evaluation(clock: str) -> None:
+    model = _latent("latent_ode_tw", per_step=False, tw_clock=clock)
+    x, t, mask = make_split([4, 2, 3], length=5)
+    inputs = model.prepare_inputs(x, t, mask)
+    results = []
+    for precompute in (False, True):
+        model.precompute_stages = precompute
+        model.zero_grad()
+        torch.manual_seed(3)  # z0 is sampled in training: the same draw for both
+        out = model(**inputs)
+        out.square().sum().backward()
+        results.append((out.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    (out_each, grads_each), (out_once, grads_once) = results
+    torch.testing.assert_close(out_once, out_each, rtol=0, atol=1e-5)
+    assert len(grads_once) == len(grads_each)
+    for a, b in zip(grads_once, grads_each):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_sin_cos_gradient_is_the_analytic_one() -> None:
+    from pipeline.models.temporal_weights import sin_cos
+
+    angle = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a: sin_cos(a), (angle,))
+    assert torch.autograd.gradcheck(lambda a: sin_cos(a)[0], (angle,))  # cos unused: no gradient flows to it
+    assert torch.autograd.gradcheck(lambda a: sin_cos(a)[1], (angle,))

@@ -41,6 +41,7 @@ from torch import nn
 from ._cde import FIXED_STEP_METHODS, METHODS, check_choice
 from .base import SequenceModel, check_raw_inputs
 from .temporal_weights import TemporalMLP, check_layout, tw_options
+from .tw_stages import IntervalField, stage_grid
 
 SEQUENCE_READOUTS = ("z0", "decoded")
 
@@ -220,3 +221,20 @@ class LatentODETW(LatentODE):
 
     def _rate(self, net: nn.Module, y: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
         return net(y, time)
+
+    # Build each interval's weights at all its solver times at once (tw_stages.IntervalField);
+    # False builds them at every evaluation, as Algorithm 1 reads (the equivalence test compares).
+    precompute_stages = True
+
+    def _solve(
+        self, net: nn.Module, y: torch.Tensor, start: torch.Tensor, span: torch.Tensor, index: float, direction: float
+    ) -> torch.Tensor:
+        grid = stage_grid(self.solver) if self.precompute_stages else None
+        if grid is None:
+            return super()._solve(net, y, start, span, index, direction)
+        if self.clock == "time":
+            clock_start, clock_rate = start, span
+        else:
+            clock_start, clock_rate = y.new_tensor(index), y.new_tensor(direction)
+        field = IntervalField(net, span, clock_start, clock_rate, grid)
+        return torchdiffeq.odeint(field, y, self._unit_interval.to(y.dtype), **self.solver)[-1]

@@ -101,6 +101,30 @@ def check_layout(layout: str) -> None:
     _check_choice("tw_layout", layout, LAYOUTS)
 
 
+class _SinCos(torch.autograd.Function):
+    """(sin a, cos a) with a backward that reuses them: autograd's own would compute cos a for
+    sin's gradient and sin a (and a negation) for cos's, two more trigonometric passes over
+    every weight and time, the most expensive elementwise operations of Eq. 2 on a CPU."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, angle: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        sin, cos = angle.sin(), angle.cos()
+        ctx.save_for_backward(sin, cos)
+        return sin, cos
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad_sin: torch.Tensor | None,
+                 grad_cos: torch.Tensor | None) -> torch.Tensor:
+        sin, cos = ctx.saved_tensors
+        grad = torch.zeros_like(sin) if grad_sin is None else grad_sin * cos
+        return grad if grad_cos is None else grad - grad_cos * sin
+
+
+def sin_cos(angle: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sin angle, cos angle), each angle's shape; first derivatives only (nothing here takes second ones)."""
+    return _SinCos.apply(angle)
+
+
 class TemporalWeights(nn.Module):
     """W' = S(W, t), Eqs. 1-2: t () or (B,) -> W' (rows, cols) or (B, rows, cols).
 
@@ -206,7 +230,7 @@ class TemporalWeights(nn.Module):
         f, phi = self.frequency_phase(t)
         f, phi = f[..., None, None], phi[..., None, None]  # (..., 1, 1)
         angle = f * grouped  # (..., G, n): b_j = f w_j
-        cos_b, sin_b = angle.cos(), angle.sin()
+        sin_b, cos_b = sin_cos(angle)
         cos_j, sin_j = cos_b, sin_b
         if self._padded:  # padding takes no part in any sum
             cos_j, sin_j = cos_b * self._valid, sin_b * self._valid
@@ -215,8 +239,12 @@ class TemporalWeights(nn.Module):
         # sum_j K_ij sin(a_i - b_j) = sin a_i C_i - cos a_i S_i with a_i = b_i + phi; expanding
         # sin a_i and cos a_i reuses cos b, sin b: two trigonometric calls per weight, not four.
         cos_phi, sin_phi = phi.cos(), phi.sin()
-        new = sin_b * (c_sum * cos_phi + s_sum * sin_phi) + cos_b * (c_sum * sin_phi - s_sum * cos_phi)
-        new = self._ungrouped(new * self._inverse_members)  # (..., rows, cols); the 1 / n of Eq. 2 (n = #W: full)
+        # the 1 / n of Eq. 2 (n = #W: full) scales the coefficients, which are one per group for
+        # the factorised forms, not the (..., G, n) products: one full-size operation fewer
+        scale = self._inverse_members
+        along_sin = (c_sum * cos_phi + s_sum * sin_phi) * scale
+        along_cos = (c_sum * sin_phi - s_sum * cos_phi) * scale
+        new = self._ungrouped(torch.addcmul(sin_b * along_sin, cos_b, along_cos))  # (..., rows, cols)
         return new if self.receiver is None else new * self.receiver
 
 
@@ -238,8 +266,10 @@ class TemporalLinear(nn.Module):
         self.weights = TemporalWeights(out_features, in_features, scope, block, clock_units, coupling)
         self.bias = nn.Parameter(torch.empty(out_features).uniform_(-1, 1) / math.sqrt(in_features)) if bias else None
 
-    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        weight = self.weights(t)
+    def forward(self, x: torch.Tensor, t: torch.Tensor | None, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """`weight`: W'(t) built beforehand (TemporalMLP.stage_weights), then `t` is not read."""
+        if weight is None:
+            weight = self.weights(t)
         if weight.ndim == 2:  # one time for the whole batch
             out = x @ weight.T
         else:  # (B, out, in): every row at its own time
@@ -278,10 +308,24 @@ class TemporalMLP(nn.Module):
             TemporalLinear(a, b, bias=layout == "mlp", **options) for a, b in zip(sizes, sizes[1:])
         )
 
-    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    def stage_weights(self, times: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
+        """W'(t) of every layer at P times at once: times (P,) or (B, P) -> per layer a tuple of P
+        tensors (rows, cols) or (B, rows, cols), in the order of `times`.
+
+        Why: Eq. 2 costs about twenty small tensor operations per layer and evaluation, which on
+        CPU cost more than the arithmetic; a fixed-step solver evaluates the field at times known
+        before it starts, so one batched call per interval replaces one call per evaluation
+        (ODERNNTW). unbind, not indexing: its backward is one stack for all P, where each index
+        would scatter into a zero tensor of the full size.
+        """
+        return [layer.weights(times).unbind(-3) for layer in self.layers]
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor | None,
+                weights: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """`weights`: one W'(t) per layer built beforehand (stage_weights), then `t` is not read."""
         last = len(self.layers) - 1
         for index, layer in enumerate(self.layers):
-            x = layer(x, t)
+            x = layer(x, t, None if weights is None else weights[index])
             if index < last or self.activate_last:
                 x = self.activation(x)
         return x

@@ -35,21 +35,7 @@ from .gru_ode import GRUODE
 from .ncde import NeuralCDE
 from .ode_rnn import ODERNN
 from .temporal_weights import TemporalLinear, TemporalMLP, check_layout, tw_options
-
-
-class _TimedField(nn.Module):
-    """dh/ds = dt * net(h, start + s * rate) on s in [0, 1]: ODE-RNN's per-interval substitution,
-    with the field also reading the time. dt: (B,); start, rate: (B,) per row (time clock) or
-    0-dim (index clock); h: (B, H)."""
-
-    def __init__(self, net: TemporalMLP, start: torch.Tensor, dt: torch.Tensor, clock_rate: torch.Tensor) -> None:
-        super().__init__()
-        self.net = net
-        self.start, self.clock_rate = start, clock_rate
-        self.dt = dt.unsqueeze(-1)  # (B, 1)
-
-    def forward(self, s: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        return self.dt * self.net(h, self.start + s * self.clock_rate)
+from .tw_stages import IntervalField, stage_grid
 
 
 class ODERNNTW(ODERNN):
@@ -75,18 +61,22 @@ class ODERNNTW(ODERNN):
         self.clock = tw_clock
         sizes = [self.hidden_size, self.field[0].out_features, self.hidden_size]
         self.field = TemporalMLP(sizes, layout=tw_layout, **options)
+        # Build each interval's weights at all its solver times at once (tw_stages.IntervalField); False
+        # builds them at every evaluation, as Algorithm 1 reads (the equivalence test compares).
+        self.precompute_stages = True
 
     def forward(self, x: torch.Tensor, dt: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         check_raw_inputs(x, dt, mask, self.input_channels)
         h = x.new_zeros(x.shape[0], self.hidden_size)  # (B, H)
         previous = torch.cumsum(dt, dim=1) - dt  # (B, L): time of the previous observation
         unit = self._unit_interval.to(h.dtype)
+        grid = stage_grid(self.solver) if self.precompute_stages else None
         states = []
         for step in range(x.shape[1]):
             if self.clock == "time":
-                field = _TimedField(self.field, previous[:, step], dt[:, step], dt[:, step])
+                field = IntervalField(self.field, dt[:, step], previous[:, step], dt[:, step], grid)
             else:
-                field = _TimedField(self.field, unit.new_tensor(float(step)), dt[:, step], unit.new_tensor(1.0))
+                field = IntervalField(self.field, dt[:, step], unit.new_tensor(float(step)), unit.new_tensor(1.0), grid)
             h_ode = torchdiffeq.odeint(field, h, unit, **self.solver)[-1]
             h = torch.where(mask[:, step, None], self.cell(x[:, step], h_ode), h)
             states.append(h)

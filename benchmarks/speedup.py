@@ -1,0 +1,137 @@
+"""Speed-up benchmark: seconds per training epoch of chosen families at their reference
+configurations, this working tree against an earlier commit, measured in one run.
+
+    python -m benchmarks.speedup --before <commit> --families ode_rnn_tw,latent_ode_tw
+
+The earlier commit is checked out into a temporary `git worktree`; every measurement is the
+model-zoo benchmark's job (benchmarks/measure.py: synthetic irregular data, one torch thread,
+warm-up epochs untimed, median of the timed ones) run in a fresh interpreter whose PYTHONPATH
+is that tree, with the same job (the current reference configuration and data) for both. The
+two trees alternate `--repeats` times so that a noisy stretch of a shared machine hits both;
+each side's figure is the median over its repeats and the ratio is before / after.
+Writes benchmarks/results/speedup.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from benchmarks import zoo
+from benchmarks.measure import Job
+
+ROOT = Path(__file__).resolve().parents[1]
+GRACE_S = 30.0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="benchmarks.speedup", description=__doc__.split("\n\n")[0])
+    p.add_argument("--before", required=True, help="the commit to compare against (any git revision)")
+    p.add_argument("--families", required=True, help="comma-separated registry names")
+    p.add_argument("--repeats", type=int, default=3, help="alternating measurements per tree")
+    p.add_argument("--epochs", type=int, default=2, help="timed epochs per measurement")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--sequences", type=int, default=256)
+    p.add_argument("--length", type=int, default=50)
+    p.add_argument("--channels", type=int, default=12)
+    p.add_argument("--time-limit", type=float, default=600.0, help="seconds per measurement")
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = p.parse_args(argv)
+    if args.repeats < 1 or args.epochs < 1:
+        p.error("--repeats and --epochs must be >= 1")
+    return args
+
+
+def job_for(args: argparse.Namespace, family: str) -> Job:
+    """The model-zoo job of `family`'s current reference configuration, one thread, on CPU."""
+    zoo_args = zoo.parse_args(["--families", family, "--epochs", str(args.epochs), "--warmup", str(args.warmup),
+                               "--sequences", str(args.sequences), "--length", str(args.length),
+                               "--channels", str(args.channels), "--time-limit", str(args.time_limit)])
+    return zoo.make_job(zoo_args, family)
+
+
+def run_in(tree: Path, job: Job) -> dict[str, Any]:
+    """One measurement with `tree`'s code (its benchmarks.measure and pipeline)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.measure", json.dumps(asdict(job))], cwd=tree,
+                              env=env, capture_output=True, text=True, timeout=job.time_limit + GRACE_S)
+    except subprocess.TimeoutExpired:
+        return {"status": "timeout"}
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {"status": "error", "error": " | ".join(proc.stderr.strip().splitlines()[-3:])}
+
+
+def compare(args: argparse.Namespace, before: Path, family: str) -> dict[str, Any]:
+    """{family, config, before [s], after [s], medians, ratio}: the trees alternate per repeat."""
+    job = job_for(args, family)
+    runs: dict[str, list[float]] = {"before": [], "after": []}
+    errors = []
+    for _ in range(args.repeats):
+        for side, tree in (("before", before), ("after", ROOT)):
+            result = run_in(tree, job)
+            if result.get("status") == "ok":
+                runs[side].append(result["seconds_per_epoch"])
+            else:
+                errors.append(f"{side}: {result.get('status')} {result.get('error', '')}".strip())
+            print(f"  {family} {side}: {result.get('seconds_per_epoch') or result.get('status')}", file=sys.stderr,
+                  flush=True)
+    medians = {side: statistics.median(v) if v else None for side, v in runs.items()}
+    ratio = medians["before"] / medians["after"] if all(medians.values()) else None
+    return {"family": family, "model_kwargs": job.model_kwargs, "batch_size": job.settings["batch_size"],
+            "before_s": runs["before"], "after_s": runs["after"], "before_median_s": medians["before"],
+            "after_median_s": medians["after"], "ratio": ratio, "errors": errors}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [f"Seconds per training epoch, commit {report['before']} (before) against {report['after']} (after), "
+             f"reference configurations, {report['data']}, one torch thread; medians of {report['repeats']} "
+             f"alternating measurements. {report['date']} · {report['machine']}", "",
+             "| family | before (s / epoch) | after (s / epoch) | speed-up |", "|---|---|---|---|"]
+    for row in report["rows"]:
+        b, a, r = row["before_median_s"], row["after_median_s"], row["ratio"]
+        lines.append(f"| {row['family']} | {b:.3f} | {a:.3f} | {r:.2f}x |" if r else
+                     f"| {row['family']} | {b} | {a} | — ({'; '.join(row['errors'])}) |")
+    return "\n".join(lines) + "\n"
+
+
+def _git(*argv: str) -> str:
+    return subprocess.run(["git", *argv], cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    before_rev = _git("rev-parse", "--short", args.before)
+    with tempfile.TemporaryDirectory(prefix="ctsweep-before-") as folder:
+        tree = Path(folder) / "tree"
+        _git("worktree", "add", "--detach", "--quiet", str(tree), before_rev)
+        try:
+            rows = [compare(args, tree, family) for family in args.families.split(",") if family]
+        finally:
+            _git("worktree", "remove", "--force", str(tree))
+    dirty = " (with uncommitted changes)" if _git("status", "--porcelain", "--untracked-files=no") else ""
+    report = {"before": before_rev, "after": _git("rev-parse", "--short", "HEAD") + dirty, "repeats": args.repeats,
+              "data": f"{args.sequences} synthetic sequences of length {args.length} x {args.channels} channels",
+              "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "machine": zoo.machine_info("cpu", 1).get("cpu", ""), "rows": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "speedup.json").write_text(json.dumps(report, indent=2) + "\n")
+    text = markdown(report)
+    (args.out / "speedup.md").write_text(text)
+    print(text)
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The field of an ODE with temporal weights (Kohan, Rietman & Siegelmann 2022, Eqs. 1-2) over
+one interval mapped onto s in [0, 1], with W'(t) built once per interval for every time a
+fixed-step solver will ask for.
+
+Why: Eq. 2 costs about twenty small tensor operations per layer and evaluation; at the
+reference sizes (latent 32, ODE of 10 units) those operations, not their arithmetic, are the
+epoch's cost on a CPU. torchdiffeq's fixed-grid solvers evaluate the field only at multiples
+of step / d of the interval, so all of an interval's W'(t) come from one batched call and each
+evaluation looks its weights up: the same values as building them at each evaluation (to
+rounding; tests/test_temporal_weights.py compares outputs and gradients), in a fraction of the
+operations. Adaptive solvers (dopri5) evaluate anywhere and build weights per evaluation, as
+Algorithm 1 reads.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .temporal_weights import TemporalMLP
+
+# torchdiffeq's fixed-grid solvers: euler evaluates at each step's start (d = 1), midpoint also
+# half-way (d = 2), rk4 (its 3/8 rule, rk_common.rk4_alt_step_func) at thirds of the step (d = 3).
+STAGE_DIVISIONS = {"euler": 1, "midpoint": 2, "rk4": 3}
+_OFF_GRID = 1e-3  # in units of the grid: a solver time farther from a grid point builds its own
+
+
+def stage_grid(solver: dict) -> int | None:
+    """The number of equal parts of [0, 1] at whose ends this torchdiffeq solver configuration
+    (`method`, `options.step_size`) evaluates the field; None when not known ahead (adaptive
+    methods, or a step that does not divide the interval)."""
+    divisions = STAGE_DIVISIONS.get(solver["method"])
+    step = solver.get("options", {}).get("step_size")
+    if divisions is None or step is None or abs(1.0 / step - round(1.0 / step)) > 1e-9:
+        return None
+    return divisions * round(1.0 / step)
+
+
+class IntervalField(nn.Module):
+    """dy/ds = scale * net(y, clock_start + s * clock_rate) on s in [0, 1]: an interval of
+    length `scale` (B,) (signed: negative runs backwards in time) whose temporal-weight network
+    reads the clock per row (clock_start, clock_rate (B,): time clock) or shared by the batch
+    (0-dim: index clock); y (B, D).
+
+    `grid` (stage_grid): the weights at the grid + 1 clock times k / grid are built at
+    construction and looked up at each evaluation; None builds them at each evaluation.
+    """
+
+    def __init__(self, net: TemporalMLP, scale: torch.Tensor, clock_start: torch.Tensor, clock_rate: torch.Tensor,
+                 grid: int | None = None) -> None:
+        super().__init__()
+        self.net, self.scale = net, scale.unsqueeze(-1)  # (B, 1)
+        self.clock_start, self.clock_rate = clock_start, clock_rate
+        self.grid, self.stages = grid, None
+        if grid is not None:
+            fractions = torch.arange(grid + 1, dtype=scale.dtype, device=scale.device) / grid  # (P,)
+            times = clock_start.unsqueeze(-1) + fractions * clock_rate.unsqueeze(-1)  # (P,) or (B, P)
+            self.stages = net.stage_weights(times)
+
+    def _weights(self, s: torch.Tensor) -> list[torch.Tensor] | None:
+        """Each layer's W' at solver time s, or None when s is off the grid (or there is none)."""
+        if self.stages is None:
+            return None
+        position = float(s) * self.grid
+        k = round(position)
+        if abs(position - k) > _OFF_GRID or not 0 <= k <= self.grid:
+            return None
+        return [layer[k] for layer in self.stages]
+
+    def forward(self, s: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        weights = self._weights(s)
+        clock = None if weights is not None else self.clock_start + s * self.clock_rate
+        return self.scale * self.net(y, clock, weights)
