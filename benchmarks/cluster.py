@@ -163,7 +163,7 @@ def ray_for_run() -> Iterator[None]:
     cluster any process on this machine started (/tmp/ray/ray_current_cluster): another user's
     cluster, with its load, or a dead one that it waits on for minutes."""
     if os.environ.get("RAY_ADDRESS"):
-        from pipeline.cluster import ray_session
+        from pipeline.sweep.cluster import ray_session
 
         with ray_session():
             yield
@@ -221,7 +221,7 @@ def run_ctsweep(root: Path, pairs: list[tuple[str, str]], p: SearchParams) -> di
 
 def _one_search(root: Path, dataset: str, family: str, p: SearchParams) -> dict[str, Any]:
     """One timed search; a search whose every trial failed is recorded and left out of the sums."""
-    from pipeline.search import search
+    from pipeline.sweep.search import search
 
     start = time.perf_counter()
     try:

@@ -19,7 +19,7 @@ def check_project(root: Path) -> str:
     """Check the project at `root`; return a one-line summary, or raise a one-line ConfigError."""
     params = load_params(root / "params.yaml")
     # Late: torch, Optuna and pyarrow load only once params.yaml has passed (a bad file fails in a second).
-    from pipeline.sensitivity import check_optuna_storage
+    from pipeline.sweep.sensitivity import check_optuna_storage
     from pipeline.spaces import load_space, space_path
     from pipeline.storage import check_storage_path
 

@@ -105,7 +105,7 @@ def search(
     interrupted search (driver killed, Ctrl-C) is resumed by running the same command again.
     """
     _names(dataset=dataset, family=family)
-    from pipeline.search import search as run
+    from pipeline.sweep.search import search as run
 
     base, params = _params(root)
     _check(dataset, params.datasets, "datasets")

@@ -25,8 +25,7 @@ from typing import Any
 import ray
 import torch
 
-from pipeline import final_resume, run_lookup, tracking
-from pipeline.cluster import check_fits, check_shared_storage, ray_session
+from pipeline import final_resume, tracking
 from pipeline.config import FinalParams, Resources
 from pipeline.data.contract import Dataset, load_dataset
 from pipeline.errors import ConfigError
@@ -39,8 +38,10 @@ from pipeline.schema import SEARCH_FOR_FINAL, read_record
 from pipeline.serving import log_model_from_state
 from pipeline.protocol import dataset_problem
 from pipeline.spaces import split_config
+from pipeline.sweep import run_lookup
+from pipeline.sweep.cluster import check_fits, check_shared_storage, ray_session
+from pipeline.sweep.context import local_dataset
 from pipeline.train import Trainer, TrainSettings, device_for, train_to_budget, with_patience
-from pipeline.trial import local_dataset
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,10 @@ from typing import Any
 import mlflow
 import torch
 
-from pipeline import run_lookup, tracking
+from pipeline import tracking
 from pipeline.config import FinalParams
 from pipeline.data.inputs import fingerprint as data_fingerprint
+from pipeline.sweep import run_lookup
 
 COMPLETE_TAG = "final_complete"
 STATE_ARTIFACT = "best_state"  # folder of a nominal seed's run holding state.pt

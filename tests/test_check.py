@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from pipeline.check import check_project
 from pipeline.cli import app
 from pipeline.errors import ConfigError
-from pipeline.sensitivity import check_optuna_storage
+from pipeline.sweep.sensitivity import check_optuna_storage
 from pipeline.storage import check_storage_path
 
 

@@ -30,11 +30,11 @@ from pipeline import tracking
 from pipeline.config import XorParams
 from pipeline.data.contract import Dataset, Split, load_dataset, save_dataset
 from pipeline.data.xor import build as build_xor
-from pipeline.distributed import DRIVER_RESOURCES, STATE_FILE, check_state_api, run_data_parallel
+from pipeline.sweep.distributed import DRIVER_RESOURCES, STATE_FILE, check_state_api, run_data_parallel
 from pipeline.errors import ConfigError, TrialFailedError
 from pipeline.spaces import split_config
 from pipeline.train import TimeLimitReached, Trainer, TrainSettings
-from pipeline.trial import TrialContext
+from pipeline.sweep.context import TrialContext
 
 CFC = {"hidden_size": 8, "backbone_units": 8, "backbone_layers": 1, "backbone_dropout": 0.0}
 XOR = XorParams(kind="xor", n_train=120, n_test=40)  # 108 train, 12 validation sequences
@@ -141,7 +141,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A Ray instance of this module's own, with the dashboard whose State API Ray Train needs to
-    release the workers of a trial Tune stopped (pipeline.distributed). address="local": never
+    release the workers of a trial Tune stopped (pipeline.sweep.distributed). address="local": never
     another process's `ray start` cluster on this machine, and RAY_API_SERVER_ADDRESS tells the
     cluster's processes which State API is theirs."""
     port = _free_port()
@@ -173,7 +173,7 @@ def _context(tmp_path: Path, store: tuple[MlflowClient, str, str], data: Dataset
 
 
 def _trial(config: dict[str, Any], ctx: TrialContext, data: Dataset | None, stages: tuple[int, ...]) -> None:
-    """A Tune trainable shaped like pipeline.trial.run_trial's data-parallel branch."""
+    """A Tune trainable shaped like pipeline.sweep.trial.run_trial's data-parallel branch."""
     client = MlflowClient(ctx.tracking_uri)
     run_id = tracking.start_run(client, ctx.experiment_id, "search/ddp/trial",
                                 {"ray_trial_id": tune.get_context().get_trial_id()}, parent_run_id=ctx.parent_run_id)
@@ -279,7 +279,7 @@ def test_a_search_trains_every_trial_on_two_workers(project: Path, monkeypatch: 
     workers of a stopped trial), and Tune, Optuna and MLflow see it like any trial."""
     from pipeline.config import AshaParams, ResourceOverride, SearchParams
     from pipeline.paths import processed_dir
-    from pipeline.search import search
+    from pipeline.sweep.search import search
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)

@@ -70,7 +70,7 @@ def test_families_with_prebuilt_inputs_are_refused(family: str, tmp_path: Path) 
         build_model(family, data.meta, 1, {})
     save_dataset(tmp_path / "data" / "processed" / "tokens", data)
     from pipeline.config import SearchParams
-    from pipeline.search import search
+    from pipeline.sweep.search import search
 
     (tmp_path / "search_spaces").mkdir()
     with pytest.raises(ConfigError, match=family):

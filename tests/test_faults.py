@@ -16,14 +16,15 @@ import pytest
 import ray
 from mlflow.tracking import MlflowClient
 
-from pipeline import run_lookup, tracking
+from pipeline import tracking
+from pipeline.sweep import run_lookup
 from pipeline.config import AshaParams, SearchParams, XorParams
 from pipeline.data.contract import save_dataset
 from pipeline.data.xor import build as build_xor
 from pipeline.errors import OutputError
 from pipeline.io import check_writable, write_json
 from pipeline.paths import processed_dir, search_result_path
-from pipeline.search import search
+from pipeline.sweep.search import search
 from tests.clusters import store_client, watch
 
 EPOCHS = 5

@@ -20,7 +20,7 @@ from pipeline.config import XorParams
 from pipeline.data.contract import save_dataset
 from pipeline.data.xor import build as build_xor
 from pipeline.paths import processed_dir, search_result_path
-from pipeline.search import COMPLETE_TAG
+from pipeline.sweep.search import COMPLETE_TAG
 from tests.clusters import store_client, watch
 from tests.conftest import default_params, write_params
 
@@ -139,7 +139,7 @@ def test_an_interrupted_final_stage_keeps_the_old_result_and_resumes_its_finishe
     from pipeline.config import load_params
     from pipeline.final_resume import COMPLETE_TAG as FINAL_COMPLETE
     from pipeline.paths import final_result_path
-    from pipeline.search import search
+    from pipeline.sweep.search import search
 
     raw = default_params()
     raw.update(datasets=["xor"], families=["cfc"], prepare={"xor": {"kind": "xor", "n_train": 1600, "n_test": 50}})

@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.config import SearchParams
 from pipeline.locks import BusyError, stage_lock
-from pipeline.search import search
+from pipeline.sweep.search import search
 
 HOLD = """
 import sys, time

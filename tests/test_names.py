@@ -18,7 +18,7 @@ from pipeline.errors import ConfigError
 from pipeline.final import final
 from pipeline.names import check_name, inside, is_name, shown
 from pipeline.paths import final_result_path, processed_dir, raw_dir, search_result_path
-from pipeline.search import search
+from pipeline.sweep.search import search
 
 BAD = [".", "..", "", "a/b", "../x", "/", "/tmp/elsewhere", "-x", "x" * 65, "a b", "a\nb", "ümlaut", "a.b"]
 GOOD = ["xor", "xor_event", "japanese_vowels_drop30", "cde-fwp", "X", "a" * 64]

@@ -11,7 +11,7 @@ import pytest
 from ray.tune.schedulers import TrialScheduler
 
 from pipeline import tracking
-from pipeline.scheduling import EPOCH, HistorySource, ResumableASHA, make_searcher
+from pipeline.sweep.scheduling import EPOCH, HistorySource, ResumableASHA, make_searcher
 from pipeline.spaces import load_space
 from tests.conftest import REPO
 

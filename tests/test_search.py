@@ -19,9 +19,9 @@ from pipeline.data.xor import build as build_xor
 from pipeline.errors import ConfigError, MissingInputError
 from pipeline.paths import processed_dir, search_result_path
 from pipeline.schema import SEARCH_FOR_FINAL, read_record
-from pipeline.search import ALL_FAILED_TAG, COMPLETE_TAG, search, time_limit_key
+from pipeline.sweep.search import ALL_FAILED_TAG, COMPLETE_TAG, search, time_limit_key
 from pipeline.spaces import load_space
-from pipeline.trial import TrialContext
+from pipeline.sweep.context import TrialContext
 
 
 @pytest.fixture

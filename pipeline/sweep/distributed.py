@@ -1,6 +1,6 @@
 """Data-parallel search trials: a Tune trial that needs several workers drives a Ray Train run.
 
-The Tune trial (pipeline.trial.run_trial, when `workers > 1`) only drives: it starts a Ray Train
+The Tune trial (pipeline.sweep.trial.run_trial, when `workers > 1`) only drives: it starts a Ray Train
 V2 TorchTrainer whose workers each hold the same Trainer (same data, seed and state) and train
 their share of every batch through DistributedDataParallel (Trainer.distribute). Rank 0 logs each
 epoch to the trial's MLflow run and reports a checkpoint; TuneReportCallback forwards its metrics
@@ -30,7 +30,7 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ray
 import ray.train
@@ -45,12 +45,9 @@ from pipeline import tracking
 from pipeline.data.contract import Dataset, load_dataset
 from pipeline.errors import ConfigError, CtsweepError
 from pipeline.spaces import split_config
+from pipeline.sweep.context import STATE_FILE, TrialContext, local_dataset
 from pipeline.train import TimeLimitReached, Trainer, TrainSettings
 
-if TYPE_CHECKING:  # pipeline.trial imports this module lazily; keep the cycle out of import time
-    from pipeline.trial import TrialContext
-
-STATE_FILE = "state.pt"  # the same file a single-process trial checkpoints
 # What a data-parallel Tune trial asks for (tune.with_resources): 1 MiB of the node's memory.
 DRIVER_RESOURCES = {"cpu": 0, "gpu": 0, "memory": 2**20}
 
@@ -209,9 +206,7 @@ def train_worker(loop: dict[str, Any]) -> None:
 def _dataset(ref: Any, ctx: TrialContext) -> Dataset:
     if ref is None:
         return load_dataset(Path(ctx.dataset_dir))
-    from pipeline.trial import local_dataset  # drops a folder this node cannot see (input caches)
-
-    return local_dataset(ray.get(ref))
+    return local_dataset(ray.get(ref))  # drops a folder this node cannot see (input caches)
 
 
 def _restore(trainer: Trainer) -> bool:

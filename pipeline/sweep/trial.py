@@ -10,12 +10,10 @@ limit) is tagged `final_failure` and fails again at once if Ray retries it.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,43 +24,12 @@ from ray import tune
 from pipeline import tracking
 from pipeline.data.contract import Dataset
 from pipeline.errors import TrialFailedError
-from pipeline.run_lookup import find_child_run
 from pipeline.spaces import split_config
+from pipeline.sweep.context import STATE_FILE, TrialContext, local_dataset
+from pipeline.sweep.run_lookup import find_child_run
 from pipeline.train import TimeLimitReached, Trainer, TrainSettings, device_for
 
 FINAL_FAILURE_TAG = "final_failure"
-
-
-@dataclass(frozen=True)
-class TrialContext:
-    """Everything a trial process needs besides its sampled config; all paths absolute."""
-
-    dataset: str
-    family: str
-    dataset_dir: str
-    epochs: int
-    seed: int
-    cpus: float
-    tracking_uri: str
-    experiment_id: str
-    parent_run_id: str
-    time_limit_s: float | None = None
-    gpus: float = 0.0
-    workers: int = 1  # above 1: data-parallel over Ray Train workers (pipeline.distributed)
-    time_limit_key: str = "search.trial_time_limit_s"  # the params.yaml key that set time_limit_s
-
-    def first_epoch_too_slow(self) -> TrialFailedError:
-        """The error of a trial whose first epoch outran the time limit: it names the key to raise."""
-        return TrialFailedError(f"first epoch exceeded the trial time limit of {self.time_limit_s:g} s "
-                                f"({self.time_limit_key})")
-
-
-def local_dataset(data: Dataset) -> Dataset:
-    """The dataset shipped through Ray's object store, keeping its folder (for the input caches)
-    only where this node can see it: a worker node of a cluster usually cannot."""
-    if data.folder is not None and not Path(data.folder).is_dir():
-        return dataclasses.replace(data, folder=None)
-    return data
 
 
 def trial_run(client: tracking.MlflowClient, ctx: TrialContext, trial_id: str, config: dict[str, Any]) -> str:
@@ -94,13 +61,13 @@ def _restore(trainer: Trainer, client: tracking.MlflowClient, run_id: str) -> No
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
-            trainer.load_state(torch.load(Path(folder) / "state.pt", weights_only=False))
+            trainer.load_state(torch.load(Path(folder) / STATE_FILE, weights_only=False))
         tracking.set_tags(client, run_id, {"resumed_from_epoch": trainer.epoch})
 
 
 def _report(trainer: Trainer, metrics: dict[str, float], run_id: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        torch.save(trainer.state(), Path(folder) / "state.pt")
+        torch.save(trainer.state(), Path(folder) / STATE_FILE)
         tune.report({**metrics, "mlflow_run_id": run_id}, checkpoint=tune.Checkpoint.from_directory(folder))
 
 
@@ -117,7 +84,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
     client = tracking.MlflowClient(ctx.tracking_uri)
     run_id = trial_run(client, ctx, tune.get_context().get_trial_id(), config)
     if ctx.workers > 1:
-        from pipeline.distributed import run_data_parallel  # Ray Train: only for data-parallel trials
+        from pipeline.sweep.distributed import run_data_parallel  # Ray Train: only for data-parallel trials
 
         try:
             run_data_parallel(config, ctx, run_id, data)

@@ -1,9 +1,9 @@
 """The `search` stage: one Ray Tune run per (dataset, family), locally or on a Ray cluster.
 
 Optuna's seeded TPE sampler proposes configurations (the paper's reference first), ASHA stops
-weak trials early (told to Optuna as pruned, pipeline.scheduling), every trial reports the
+weak trials early (told to Optuna as pruned, pipeline.sweep.scheduling), every trial reports the
 validation metric and a checkpoint per epoch and logs to an MLflow child run of the search's
-parent run (pipeline.trial).
+parent run (pipeline.sweep.trial).
 
 Faults: a trial whose process or node dies is retried from its last checkpoint
 (`search.max_failures`); a driver killed mid-search leaves its parent run unfinished, and
@@ -30,8 +30,7 @@ from typing import Any
 from ray import tune
 from ray.tune.search import ConcurrencyLimiter
 
-from pipeline import run_lookup, sensitivity, tracking
-from pipeline.cluster import check_fits, check_shared_storage, is_uri, ray_session
+from pipeline import tracking
 from pipeline.config import Resources, SearchParams
 from pipeline.data.contract import load_dataset, load_meta
 from pipeline.data.inputs import fingerprint as data_fingerprint
@@ -43,11 +42,14 @@ from pipeline.models import get_model_class
 from pipeline.models.embedding import check_token_family
 from pipeline.names import check_name
 from pipeline.paths import processed_dir, require, search_result_path
-from pipeline.scheduling import HistorySource, ResumableASHA, make_searcher
 from pipeline.spaces import SearchSpace, check_for_dataset, load_space, space_path
 from pipeline.storage import check_storage_path
+from pipeline.sweep import run_lookup, sensitivity
+from pipeline.sweep.cluster import check_fits, check_shared_storage, is_uri, ray_session
+from pipeline.sweep.context import TrialContext
+from pipeline.sweep.scheduling import HistorySource, ResumableASHA, make_searcher
+from pipeline.sweep.trial import run_trial
 from pipeline.train import is_better
-from pipeline.trial import TrialContext, run_trial
 
 __all__ = ["METRIC", "TrialContext", "run_trial", "search", "optuna_states", "time_limit_key"]
 
@@ -77,7 +79,7 @@ def search_fingerprint(dataset: str, family: str, p: SearchParams, space_file: P
 
 def _trainable(ctx: TrialContext, data: Any, res: Resources) -> Any:
     if res.workers > 1:  # the trial only drives its Ray Train workers, which ask for their own resources
-        from pipeline.distributed import DRIVER_RESOURCES as own
+        from pipeline.sweep.distributed import DRIVER_RESOURCES as own
     else:
         own = {"cpu": res.cpu, "gpu": res.gpu}
     return tune.with_resources(tune.with_parameters(run_trial, ctx=ctx, data=data), own)

@@ -1,0 +1,27 @@
+"""How a sweep runs: the `search` stage, from its driver to each trial and what is learned after.
+
+    search        the stage's driver: one Ray Tune run per (dataset, family), resumed after a
+                  restart, its record written to results/<dataset>/search/<family>.json
+    trial         one Tune trial: train, log to MLflow, report and checkpoint every epoch
+    context       what a trial process needs (TrialContext, the dataset as its node sees it),
+                  shared by trial and distributed so that neither imports the other's module
+    scheduling    Optuna's TPE searcher (ASHA-stopped trials told as PRUNED, failed ones as
+                  FAIL) and the ASHA scheduler, its rungs refilled from MLflow after a restore
+    distributed   data-parallel trials: a Tune trial that drives a Ray Train run of several workers
+    cluster       connecting to Ray (RAY_ADDRESS or a local instance), resource and shared
+                  storage checks before any trial starts (the final stage uses it too)
+    sensitivity   each search's Optuna study, persisted; fANOVA hyperparameter importances
+    run_lookup    finding MLflow runs again after a restart (a trial's run, an unfinished parent)
+
+The flow: `ctsweep search` calls search.search, which connects through cluster, opens (or
+finds again, through run_lookup) the search's MLflow parent run and starts a Tuner whose
+trainable is trial.run_trial with a context.TrialContext. scheduling's searcher proposes each
+configuration and its ASHA scheduler stops weak trials early; a trial asking for several
+workers hands its training to distributed.run_data_parallel. When the Tuner ends, search
+records every trial and copies the study to the project's Optuna storage, and sensitivity
+computes the importances written into the record.
+
+Import-free on purpose: importing pipeline.sweep loads no Ray, Optuna or MLflow; import the
+module you need (`from pipeline.sweep.search import search`). Within this package the modules
+import each other without a cycle (tests/test_layout.py checks it).
+"""
