@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.cluster [--full] [--datasets a,b] [--families f,g] [--quick]
     .venv/bin/python -m benchmarks.cluster --device cuda --trials-per-gpu 1,2,4
 
-1. ctsweep path: `pipeline.search.search(root, dataset, family, p)` for every (dataset, family)
+1. ctsweep path: `pipeline.sweep.search.search(root, dataset, family, p)` for every (dataset, family)
    of the workload, params.yaml's `search` section, in one Ray session per run (a local Ray of
    the run's own unless RAY_ADDRESS is set; its start-up is counted once per run and reported on
    its own), MLflow logging to a fresh SQLite store.
@@ -38,7 +38,7 @@ if str(ROOT) not in sys.path:  # `python benchmarks/cluster.py` as well as `-m b
     sys.path.insert(0, str(ROOT))
 
 # Only light imports at module level: the plain path's spawned workers import this module, and
-# must not pay for Ray, Optuna or MLflow (pipeline.search imports all three; imported in use).
+# must not pay for Ray, Optuna or MLflow (pipeline.sweep.search imports all three; imported in use).
 from pipeline.config import Params, SearchParams, load_params  # noqa: E402
 from pipeline.errors import ConfigError  # noqa: E402
 
@@ -158,7 +158,7 @@ def local_tracking() -> Iterator[None]:
 
 @contextlib.contextmanager
 def ray_for_run() -> Iterator[None]:
-    """RAY_ADDRESS set: `pipeline.cluster.ray_session` connects to that cluster. Unset: a local
+    """RAY_ADDRESS set: `pipeline.sweep.cluster.ray_session` connects to that cluster. Unset: a local
     Ray of this run's own. ray.init()'s default (what ray_session calls) would join the latest
     cluster any process on this machine started (/tmp/ray/ray_current_cluster): another user's
     cluster, with its load, or a dead one that it waits on for minutes."""
@@ -187,7 +187,7 @@ def load_average() -> float:
 
 
 def run_ctsweep(root: Path, pairs: list[tuple[str, str]], p: SearchParams) -> dict[str, Any]:
-    """Every (dataset, family) search through `pipeline.search.search`, in one Ray session.
+    """Every (dataset, family) search through `pipeline.sweep.search.search`, in one Ray session.
 
     Timed apart: Ray start-up, MLflow store creation (one experiment per dataset, as the first
     search would create it), each search, Ray shutdown. `total_s` is their sum.
@@ -260,7 +260,7 @@ class TrialJob:
 
 def asha_stop_points(p: SearchParams) -> set[int]:
     """Epoch counts at which ASHA may stop a trial, and max_t (Ray's AsyncHyperBand rungs)."""
-    grace = min(p.asha.grace_period, p.epochs)  # as pipeline.search builds the scheduler
+    grace = min(p.asha.grace_period, p.epochs)  # as pipeline.sweep.search builds the scheduler
     rungs = int(math.log(p.epochs / grace) / math.log(p.asha.reduction_factor) + 1)
     return {math.ceil(grace * p.asha.reduction_factor ** k) for k in range(rungs)} | {p.epochs}
 
@@ -321,7 +321,7 @@ def _ready(_: int) -> str:
 
 
 def replay_trial(job: TrialJob) -> dict[str, Any]:
-    """Train one trial as `pipeline.search.run_trial` does, minus Ray, Optuna, MLflow and checkpoints.
+    """Train one trial as `pipeline.sweep.trial.run_trial` does, minus Ray, Optuna, MLflow and checkpoints.
 
     Returns {seconds, epochs, status}: status ok, time_limited (the limit ended it, as intended
     for a cut trial) or error (the trial failed again).
