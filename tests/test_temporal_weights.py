@@ -371,8 +371,9 @@ def test_ode_rnn_tw_weights_built_per_interval_equal_those_built_per_evaluation(
 def test_stage_grid_knows_the_fixed_step_solvers_evaluation_times() -> None:
     from pipeline.models.tw_stages import stage_grid
 
-    assert stage_grid({"method": "rk4", "options": {"step_size": 1.0 / 3}}) == 9  # 3/8 rule: thirds of a step
-    assert stage_grid({"method": "euler", "options": {"step_size": 0.5}}) == 2
+    assert stage_grid({"method": "rk4", "options": {"step_size": 1.0 / 3}}) == (9, 10)  # 3/8 rule: thirds, both ends
+    assert stage_grid({"method": "euler", "options": {"step_size": 0.5}}) == (2, 2)  # step starts only
+    assert stage_grid({"method": "midpoint", "options": {"step_size": 1.0}}) == (2, 2)
     assert stage_grid({"method": "dopri5", "rtol": 1e-3, "atol": 1e-4, "options": {"max_num_steps": 100}}) is None
     assert stage_grid({"method": "rk4", "options": {"step_size": 0.3}}) is None  # not a whole number of steps
 
@@ -384,16 +385,18 @@ def test_an_evaluation_off_the_grid_builds_its_own_weights() -> None:
     torch.manual_seed(0)
     net = TemporalMLP([4, 3, 4], scope="full", block=16, clock_units=4)
     start, dt = torch.rand(5), torch.rand(5) + 0.5
-    field = IntervalField(net, dt, start, dt, grid=3)
+    field = IntervalField(net, dt, start, dt, grid=(3, 3))  # the end, s = 1, is not precomputed
     h = torch.randn(5, 4)
-    for s in (0.0, 1.0 / 3, 0.5, 1.0):  # 0.5 is off the grid of thirds
+    assert len(field.stages[0]) == 3
+    for s in (0.0, 1.0 / 3, 0.5, 1.0):  # 0.5 is off the grid of thirds, 1.0 past its points
         expected = dt.unsqueeze(-1) * net(h, start + s * dt)
         torch.testing.assert_close(field(torch.tensor(s), h), expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("clock", ["time", "index"])
-def test_latent_ode_tw_weights_built_per_interval_equal_those_built_per_evaluation(clock: str) -> None:
-    model = _latent("latent_ode_tw", per_step=False, tw_clock=clock)
+@pytest.mark.parametrize("solver", [{"method": "euler", "solver_steps": 2}, {"method": "rk4", "solver_steps": 2}])
+def test_latent_ode_tw_weights_built_per_interval_equal_those_built_per_evaluation(clock: str, solver: dict) -> None:
+    model = _latent("latent_ode_tw", per_step=False, tw_clock=clock, **solver)
     x, t, mask = make_split([4, 2, 3], length=5)
     inputs = model.prepare_inputs(x, t, mask)
     results = []

@@ -19,21 +19,24 @@ from torch import nn
 
 from .temporal_weights import TemporalMLP
 
-# torchdiffeq's fixed-grid solvers: euler evaluates at each step's start (d = 1), midpoint also
-# half-way (d = 2), rk4 (its 3/8 rule, rk_common.rk4_alt_step_func) at thirds of the step (d = 3).
-STAGE_DIVISIONS = {"euler": 1, "midpoint": 2, "rk4": 3}
+# torchdiffeq's fixed-grid solvers, as (d, whether the interval's end is evaluated): euler
+# evaluates at each step's start (d = 1), midpoint at its start and half-way (d = 2), neither at
+# the end of the interval; rk4 (its 3/8 rule, rk_common.rk4_alt_step_func) at thirds of each step,
+# both ends included (d = 3).
+STAGE_DIVISIONS = {"euler": (1, False), "midpoint": (2, False), "rk4": (3, True)}
 _OFF_GRID = 1e-3  # in units of the grid: a solver time farther from a grid point builds its own
 
 
-def stage_grid(solver: dict) -> int | None:
-    """The number of equal parts of [0, 1] at whose ends this torchdiffeq solver configuration
-    (`method`, `options.step_size`) evaluates the field; None when not known ahead (adaptive
-    methods, or a step that does not divide the interval)."""
-    divisions = STAGE_DIVISIONS.get(solver["method"])
+def stage_grid(solver: dict) -> tuple[int, int] | None:
+    """(parts, points): this torchdiffeq solver configuration (`method`, `options.step_size`)
+    evaluates the field only at s = k / parts for k < points; None when that is not known ahead
+    (adaptive methods, or a step that does not divide the interval)."""
+    stages = STAGE_DIVISIONS.get(solver["method"])
     step = solver.get("options", {}).get("step_size")
-    if divisions is None or step is None or abs(1.0 / step - round(1.0 / step)) > 1e-9:
+    if stages is None or step is None or abs(1.0 / step - round(1.0 / step)) > 1e-9:
         return None
-    return divisions * round(1.0 / step)
+    parts = stages[0] * round(1.0 / step)
+    return parts, parts + 1 if stages[1] else parts
 
 
 class IntervalField(nn.Module):
@@ -42,18 +45,19 @@ class IntervalField(nn.Module):
     reads the clock per row (clock_start, clock_rate (B,): time clock) or shared by the batch
     (0-dim: index clock); y (B, D).
 
-    `grid` (stage_grid): the weights at the grid + 1 clock times k / grid are built at
-    construction and looked up at each evaluation; None builds them at each evaluation.
+    `grid` (stage_grid): the weights at the clock times of s = k / parts, k < points, are built
+    at construction and looked up at each evaluation; None builds them at each evaluation.
     """
 
     def __init__(self, net: TemporalMLP, scale: torch.Tensor, clock_start: torch.Tensor, clock_rate: torch.Tensor,
-                 grid: int | None = None) -> None:
+                 grid: tuple[int, int] | None = None) -> None:
         super().__init__()
         self.net, self.scale = net, scale.unsqueeze(-1)  # (B, 1)
         self.clock_start, self.clock_rate = clock_start, clock_rate
         self.grid, self.stages = grid, None
         if grid is not None:
-            fractions = torch.arange(grid + 1, dtype=scale.dtype, device=scale.device) / grid  # (P,)
+            parts, points = grid
+            fractions = torch.arange(points, dtype=scale.dtype, device=scale.device) / parts  # (P,)
             times = clock_start.unsqueeze(-1) + fractions * clock_rate.unsqueeze(-1)  # (P,) or (B, P)
             self.stages = net.stage_weights(times)
 
@@ -61,9 +65,10 @@ class IntervalField(nn.Module):
         """Each layer's W' at solver time s, or None when s is off the grid (or there is none)."""
         if self.stages is None:
             return None
-        position = float(s) * self.grid
+        parts, points = self.grid
+        position = float(s) * parts
         k = round(position)
-        if abs(position - k) > _OFF_GRID or not 0 <= k <= self.grid:
+        if abs(position - k) > _OFF_GRID or not 0 <= k < points:
             return None
         return [layer[k] for layer in self.stages]
 
