@@ -165,3 +165,22 @@ def test_missing_final_names_the_stage_to_run(tmp_path: Path) -> None:
     with pytest.raises(MissingInputError, match=r"no final results for d: b, c .*`ctsweep final d b`.*dvc repro"):
         report(tmp_path, ["d"], ["a", "b", "c"])
     assert not (tmp_path / "reports").exists()  # nothing half-written
+
+
+def test_a_record_whose_mlflow_run_is_gone_gets_a_warning_and_the_others_their_report(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # DVC's run cache can restore a final record trained against another mlflow.db: the report is
+    # still written and attached to the runs the store has, with one warning line for the other.
+    from pipeline import tracking
+
+    client, exp_id = tracking.experiment_id(project, "d")
+    run_id = tracking.start_run(client, exp_id, "final/a", {"stage": "final"})
+    for family, run in (("a", run_id), ("b", "0" * 32)):
+        path = final_result_path(project, "d", family)
+        _write(path, {**json.loads(path.read_text()), "mlflow_parent_run_id": run})
+    report(project, ["d"], ["a", "b"])
+    err = capsys.readouterr().err
+    assert err.count("ctsweep: warning:") == 1 and "Traceback" not in err
+    assert f"results/d/final/b.json names MLflow run {'0' * 32}" in err and "final@d-b" in err
+    assert "report/results.md" in {f.path for f in client.list_artifacts(run_id, "report")}
+    assert (project / "reports" / "results.md").exists()

@@ -25,8 +25,11 @@ import csv
 import io
 import math
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
+
+from mlflow.exceptions import MlflowException
 
 from pipeline import tracking
 from pipeline.io import write_json, write_text
@@ -176,11 +179,32 @@ def log_to_mlflow(root: Path, finals: dict[str, dict[str, dict[str, Any]]], repo
             if r.get("mlflow_parent_run_id")]
     if not runs:
         return 0
-    client = tracking.MlflowClient(tracking.tracking_uri(root))
+    uri = tracking.tracking_uri(root)
+    client = tracking.MlflowClient(uri)
+    attached = 0
     for dataset, run_id in runs:
+        if not _run_exists(client, run_id):
+            # The report is written; only its copy in MLflow is missing. Happens when DVC's run
+            # cache restored a final record trained against another (or a deleted) mlflow.db.
+            family = next(f for f, r in finals[dataset].items() if r.get("mlflow_parent_run_id") == run_id)
+            print(f"ctsweep: warning: results/{dataset}/final/{family}.json names MLflow run {run_id}, which the "
+                  f"store {uri} does not have: the report is not attached to it (`dvc repro --force "
+                  f"final@{dataset}-{family}` trains it again with its runs)", file=sys.stderr)
+            continue
         for path in (report, *pngs[dataset]):
             client.log_artifact(run_id, str(path), artifact_path="report")
-    return len(runs)
+        attached += 1
+    return attached
+
+
+def _run_exists(client: tracking.MlflowClient, run_id: str) -> bool:
+    try:
+        client.get_run(run_id)
+    except MlflowException as exc:
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return False
+        raise
+    return True
 
 
 def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, Any]:
