@@ -421,3 +421,40 @@ def test_sin_cos_gradient_is_the_analytic_one() -> None:
     assert torch.autograd.gradcheck(lambda a: sin_cos(a), (angle,))
     assert torch.autograd.gradcheck(lambda a: sin_cos(a)[0], (angle,))  # cos unused: no gradient flows to it
     assert torch.autograd.gradcheck(lambda a: sin_cos(a)[1], (angle,))
+
+
+@pytest.mark.parametrize("name", ["gru_ode_tw", "ncde_tw"])
+@pytest.mark.parametrize("clock", ["time", "index"])
+@pytest.mark.parametrize("solver", [{"method": "rk4", "step_fraction": 0.5}, {"method": "rk4", "step_fraction": 0.4},
+                                    {"method": "euler", "step_fraction": 1.0}])
+def test_path_driven_tw_weights_built_per_step_equal_those_built_per_evaluation(name: str, clock: str,
+                                                                               solver: dict) -> None:
+    # tw_stages.StageCache over a whole cdeint / odeint solve: the same outputs and gradients as
+    # building W'(t) at every evaluation. step_fraction 0.4 does not divide the 5-index path, so
+    # its last step is shorter and off the grid: those evaluations build their own weights.
+    torch.manual_seed(0)
+    kwargs = {**SMALL[name], "tw_clock": clock, **solver}
+    model = get_model_class(name)(input_channels=2, output_size=2, **kwargs)
+    inputs = type(model).prepare_inputs(*make_split([5, 3, 4], length=5), **kwargs)
+    results = []
+    for precompute in (False, True):
+        model.precompute_stages = precompute
+        model.zero_grad()
+        out = model(**inputs)
+        out.square().sum().backward()
+        results.append((out.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    (out_each, grads_each), (out_once, grads_once) = results
+    torch.testing.assert_close(out_once, out_each, rtol=0, atol=1e-5)
+    assert len(grads_once) == len(grads_each)
+    for a, b in zip(grads_once, grads_each):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_the_stage_cache_is_not_used_with_the_adjoint() -> None:
+    # the adjoint's backward solve evaluates the field again with gradients on: weights built in
+    # the forward solve (no graph) would give the parameters no gradient
+    model = get_model_class("ncde_tw")(input_channels=2, output_size=1, **SMALL["ncde_tw"], adjoint=True)
+    inputs = type(model).prepare_inputs(*make_split([3, 2], length=3))
+    model(**inputs).sum().backward()
+    clocks = [p for n, p in model.named_parameters() if ".clock." in n]
+    assert all(p.grad is not None for p in clocks)

@@ -35,7 +35,7 @@ from .gru_ode import GRUODE
 from .ncde import NeuralCDE
 from .ode_rnn import ODERNN
 from .temporal_weights import TemporalLinear, TemporalMLP, check_layout, tw_options
-from .tw_stages import IntervalField, stage_grid
+from .tw_stages import IntervalField, StageCache, cache_for, stage_grid
 
 
 class ODERNNTW(ODERNN):
@@ -95,12 +95,18 @@ class TemporalGRUODEField(nn.Module):
         self.gate_map = TemporalLinear(hidden_size, 2 * hidden_size, **options)
         self.candidate_map = TemporalLinear(hidden_size, hidden_size, **options)
 
-    def forward(self, x: torch.Tensor, h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        x_r, x_z, x_g = self.input_map(x, t).chunk(3, dim=-1)  # 3 x (B, H)
-        h_r, h_z = self.gate_map(h, t).chunk(2, dim=-1)
+    def stage_weights(self, times: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
+        """W', U' of the three maps at P times at once (TemporalMLP.stage_weights)."""
+        return [m.weights(times).unbind(-3) for m in (self.input_map, self.gate_map, self.candidate_map)]
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor, t: torch.Tensor | None,
+                weights: list[torch.Tensor] | None = None) -> torch.Tensor:
+        w_in, w_gate, w_cand = weights or (None, None, None)
+        x_r, x_z, x_g = self.input_map(x, t, w_in).chunk(3, dim=-1)  # 3 x (B, H)
+        h_r, h_z = self.gate_map(h, t, w_gate).chunk(2, dim=-1)
         r = torch.sigmoid(x_r + h_r)
         z = torch.sigmoid(x_z + h_z)
-        g = torch.tanh(x_g + self.candidate_map(r * h, t))
+        g = torch.tanh(x_g + self.candidate_map(r * h, t, w_cand))
         return (1.0 - z) * (g - h)
 
 
@@ -121,9 +127,28 @@ class GRUODETW(GRUODE):
         self.clock = tw_clock
         options = tw_options(tw_scope, tw_block, tw_clock, tw_units, tw_coupling)
         self.field = TemporalGRUODEField(self.path_channels, self.hidden_size, options)
+        # Build the weights one solver step at a time (tw_stages.StageCache); False builds them
+        # at every evaluation (the equivalence test compares). Never with the adjoint, whose
+        # backward solve evaluates the field again with gradients on.
+        self.precompute_stages = True
+        self._stages: StageCache | None = None
 
     def rate(self, x: torch.Tensor, h: torch.Tensor, s: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
-        return self.field(x, h, time if self.clock == "time" else s)
+        weights = None if self._stages is None else self._stages.at(s)
+        return self.field(x, h, time if self.clock == "time" else s, weights)
+
+    def _path(self, coeffs: torch.Tensor, last: torch.Tensor, mask: torch.Tensor) -> tuple:
+        path, grid = super()._path(coeffs, last, mask)
+        if self.precompute_stages and not self.adjoint:
+            clock = (lambda s: path.evaluate(s)[..., 0]) if self.clock == "time" else (lambda s: s)
+            self._stages = cache_for(self.solver, grid, self.field.stage_weights, clock)
+        return path, grid
+
+    def forward(self, coeffs: torch.Tensor, last: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        try:
+            return super().forward(coeffs, last, mask)
+        finally:
+            self._stages = None  # do not keep the batch's weights alive between calls
 
 
 class TemporalFinalTanhField(nn.Module):
@@ -141,14 +166,20 @@ class TemporalFinalTanhField(nn.Module):
         sizes = [hidden_size] + [units] * layers + [hidden_size * path_channels]
         self.net = TemporalMLP(sizes, activation=torch.relu, **options)
         self.path: torchcde.CubicSpline | None = None
+        self.stages: StageCache | None = None
 
-    def use_path(self, path: torchcde.CubicSpline | None) -> None:
-        # Not a registered submodule: the batch's spline must stay out of the state dict.
-        self.__dict__["path"] = path
+    def use_path(self, path: torchcde.CubicSpline | None, stages: StageCache | None = None) -> None:
+        # Not registered submodules: the batch's spline and weights must stay out of the state dict.
+        self.__dict__["path"], self.__dict__["stages"] = path, stages
+
+    def clock_of(self, s: torch.Tensor) -> torch.Tensor:
+        """The clock the weights read at index s (...): the path's time channel, (B, ...), or s."""
+        return self.path.evaluate(s)[..., 0] if self.clock == "time" else s
 
     def forward(self, s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        t = self.path.evaluate(s)[:, 0] if self.clock == "time" else s  # (B,) or ()
-        out = self.net(z, t).view(*z.shape[:-1], self.hidden_size, self.path_channels)  # (B, H, K)
+        weights = None if self.stages is None else self.stages.at(s)
+        t = self.clock_of(s) if weights is None else None  # (B,) or ()
+        out = self.net(z, t, weights).view(*z.shape[:-1], self.hidden_size, self.path_channels)  # (B, H, K)
         return out.tanh()
 
 
@@ -171,14 +202,20 @@ class NeuralCDETW(NeuralCDE):
         options = tw_options(tw_scope, tw_block, tw_clock, tw_units, tw_coupling)
         hidden = self.initial.out_features
         self.field = TemporalFinalTanhField(hidden, self.path_channels, vf_units, vf_layers, tw_clock, options)
+        # As GRUODETW.precompute_stages.
+        self.precompute_stages = True
 
     def _path(self, coeffs: torch.Tensor, last: torch.Tensor, mask: torch.Tensor) -> tuple:
         path, grid = super()._path(coeffs, last, mask)
         self.field.use_path(path)
+        if self.precompute_stages and not self.adjoint:
+            self.field.use_path(path, cache_for(self.solver, grid, self.field.net.stage_weights, self.field.clock_of))
         return path, grid
 
     def forward(self, coeffs: torch.Tensor, last: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         try:
             return super().forward(coeffs, last, mask)
         finally:
-            self.field.use_path(None)  # do not keep the batch alive between calls
+            # Do not keep the batch alive between calls, except for the adjoint: its backward
+            # solve, after this returns, evaluates the field (and so the path's time) again.
+            self.field.use_path(self.field.path if self.adjoint else None)

@@ -14,6 +14,8 @@ Algorithm 1 reads.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
 
@@ -76,3 +78,56 @@ class IntervalField(nn.Module):
         weights = self._weights(s)
         clock = None if weights is not None else self.clock_start + s * self.clock_rate
         return self.scale * self.net(y, clock, weights)
+
+
+class StageCache:
+    """W'(t) of temporal-weight layers at the times a fixed-step solver evaluates over a whole
+    path, built one solver step at a time, when the solver first reaches it: for the models that
+    solve once over all the observations (GRU-ODE-TW, NCDE-TW), where building every step's
+    weights up front would hold the intermediates of all of them at once.
+
+    The solver runs from `origin` in steps of `step` and evaluates at s = origin + k * step / d
+    (stage_grid's d per step); `clock` maps such s (P,) to the layers' clock, (P,) shared or
+    (B, P) per row; `build` maps a clock to each layer's P weights (TemporalMLP.stage_weights, or
+    one `weights(times).unbind(-3)` per TemporalLinear). A time off that grid (the last step of a
+    span the step does not divide) gets None: the caller builds its weights itself.
+    """
+
+    def __init__(self, build: Callable[[torch.Tensor], list[tuple[torch.Tensor, ...]]],
+                 clock: Callable[[torch.Tensor], torch.Tensor], origin: float, step: float, divisions: int) -> None:
+        self.build, self.clock = build, clock
+        self.origin, self.step, self.divisions = origin, step, divisions
+        self.chunks: dict[int, tuple[int, list[tuple[torch.Tensor, ...]]]] = {}  # chunk -> (first k, weights)
+
+    def _chunk(self, k: int) -> int:
+        """Point k's chunk: 0 holds k = 0 alone; chunk j + 1 holds step j's points after its start."""
+        return 0 if k == 0 else (k - 1) // self.divisions + 1
+
+    def _fill(self, chunk: int, like: torch.Tensor) -> None:
+        first = 0 if chunk == 0 else (chunk - 1) * self.divisions + 1
+        count = 1 if chunk == 0 else self.divisions
+        k = torch.arange(first, first + count, dtype=like.dtype, device=like.device)
+        self.chunks[chunk] = (first, self.build(self.clock(self.origin + k * (self.step / self.divisions))))
+
+    def at(self, s: torch.Tensor) -> list[torch.Tensor] | None:
+        """Each layer's weights at solver time s, or None off the grid."""
+        position = (float(s) - self.origin) / self.step * self.divisions
+        k = round(position)
+        if abs(position - k) > _OFF_GRID or k < 0:
+            return None
+        chunk = self._chunk(k)
+        if chunk not in self.chunks:
+            self._fill(chunk, s)
+        first, weights = self.chunks[chunk]
+        return [layer[k - first] for layer in weights]
+
+
+def cache_for(solver: dict, grid: torch.Tensor, build: Callable[[torch.Tensor], list[tuple[torch.Tensor, ...]]],
+              clock: Callable[[torch.Tensor], torch.Tensor]) -> StageCache | None:
+    """A StageCache for one fixed-step torchdiffeq solve over `grid` (its first time is the
+    solver's origin); None for adaptive solvers and methods whose stage times are not known."""
+    stages = STAGE_DIVISIONS.get(solver["method"])
+    step = solver.get("options", {}).get("step_size")
+    if stages is None or step is None:
+        return None
+    return StageCache(build, clock, float(grid[0]), float(step), stages[0])
