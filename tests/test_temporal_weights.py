@@ -339,6 +339,26 @@ def test_latent_ode_tw_adds_one_coupling_coefficient_per_ode_weight() -> None:
     assert temporal.num_parameters() == plain.num_parameters() + weights + clocks
 
 
+def _assert_precomputation_changes_nothing(model: torch.nn.Module, inputs: dict, seed: int | None = None) -> None:
+    """Outputs (to 1e-5) and gradients (to 1e-5 / 1e-4 relative) of one forward and backward pass
+    are the same with the stage weights precomputed (tw_stages) as built at every evaluation.
+    `seed`: reseeded before each pass, for models that sample in training (Latent ODE's z0)."""
+    results = []
+    for precompute in (False, True):
+        model.precompute_stages = precompute
+        model.zero_grad()
+        if seed is not None:
+            torch.manual_seed(seed)
+        out = model(**inputs)
+        out.square().sum().backward()
+        results.append((out.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    (out_each, grads_each), (out_once, grads_once) = results
+    torch.testing.assert_close(out_once, out_each, rtol=0, atol=1e-5)
+    assert grads_once and len(grads_once) == len(grads_each)
+    for a, b in zip(grads_once, grads_each):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("options", [
     {"solver_steps": 1},
     {"solver_steps": 3},
@@ -355,17 +375,7 @@ def test_ode_rnn_tw_weights_built_per_interval_equal_those_built_per_evaluation(
     x, dt, mask = torch.randn(6, 7, 3), torch.rand(6, 7) + 0.1, torch.rand(6, 7) > 0.2
     dt[:2, 5:], mask[:2, 5:] = 0.0, False  # padded rows: dt = 0
     model = ODERNNTW(input_channels=3, output_size=2, hidden_size=8, vf_units=5, **options)
-    results = []
-    for precompute in (False, True):
-        model.precompute_stages = precompute
-        model.zero_grad()
-        out = model(x=x, dt=dt, mask=mask)
-        out.square().sum().backward()
-        results.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
-    (out_each, grads_each), (out_once, grads_once) = results
-    torch.testing.assert_close(out_once, out_each, rtol=0, atol=1e-5)
-    for a, b in zip(grads_once, grads_each):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    _assert_precomputation_changes_nothing(model, {"x": x, "dt": dt, "mask": mask})
 
 
 def test_stage_grid_knows_the_fixed_step_solvers_evaluation_times() -> None:
@@ -399,19 +409,7 @@ def test_latent_ode_tw_weights_built_per_interval_equal_those_built_per_evaluati
     model = _latent("latent_ode_tw", per_step=False, tw_clock=clock, **solver)
     x, t, mask = make_split([4, 2, 3], length=5)
     inputs = model.prepare_inputs(x, t, mask)
-    results = []
-    for precompute in (False, True):
-        model.precompute_stages = precompute
-        model.zero_grad()
-        torch.manual_seed(3)  # z0 is sampled in training: the same draw for both
-        out = model(**inputs)
-        out.square().sum().backward()
-        results.append((out.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
-    (out_each, grads_each), (out_once, grads_once) = results
-    torch.testing.assert_close(out_once, out_each, rtol=0, atol=1e-5)
-    assert len(grads_once) == len(grads_each)
-    for a, b in zip(grads_once, grads_each):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    _assert_precomputation_changes_nothing(model, inputs, seed=3)  # z0 is sampled in training
 
 
 def test_sin_cos_gradient_is_the_analytic_one() -> None:
@@ -436,18 +434,7 @@ def test_path_driven_tw_weights_built_per_step_equal_those_built_per_evaluation(
     kwargs = {**SMALL[name], "tw_clock": clock, **solver}
     model = get_model_class(name)(input_channels=2, output_size=2, **kwargs)
     inputs = type(model).prepare_inputs(*make_split([5, 3, 4], length=5), **kwargs)
-    results = []
-    for precompute in (False, True):
-        model.precompute_stages = precompute
-        model.zero_grad()
-        out = model(**inputs)
-        out.square().sum().backward()
-        results.append((out.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
-    (out_each, grads_each), (out_once, grads_once) = results
-    torch.testing.assert_close(out_once, out_each, rtol=0, atol=1e-5)
-    assert len(grads_once) == len(grads_each)
-    for a, b in zip(grads_once, grads_each):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    _assert_precomputation_changes_nothing(model, inputs)
 
 
 def test_the_stage_cache_is_not_used_with_the_adjoint() -> None:
