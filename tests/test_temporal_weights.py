@@ -365,6 +365,7 @@ def _assert_precomputation_changes_nothing(model: torch.nn.Module, inputs: dict,
     {"solver_steps": 2, "tw_clock": "index"},
     {"method": "euler", "solver_steps": 2, "tw_scope": "block", "tw_coupling": "rank1"},
     {"tw_layout": "algorithm1", "tw_scope": "row"},
+    {"tw_coupling": "dense", "tw_scope": "block", "tw_block": 8},
 ])
 def test_ode_rnn_tw_weights_built_per_interval_equal_those_built_per_evaluation(options: dict) -> None:
     # The stage precomputation (tw_stages.IntervalField) must be an implementation detail: the

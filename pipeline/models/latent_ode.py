@@ -151,8 +151,13 @@ class LatentODE(SequenceModel):
             clock_start, clock_rate = start, span
         else:
             clock_start, clock_rate = y.new_tensor(index), y.new_tensor(direction)
-        field = _IntervalField(lambda v, time: self._rate(net, v, time), span, clock_start, clock_rate)
+        field = self._interval_field(net, span, clock_start, clock_rate)
         return torchdiffeq.odeint(field, y, self._unit_interval.to(y.dtype), **self.solver)[-1]
+
+    def _interval_field(self, net: nn.Module, span: torch.Tensor, clock_start: torch.Tensor,
+                        clock_rate: torch.Tensor) -> nn.Module:
+        """The right-hand side of one interval's solve over s in [0, 1]."""
+        return _IntervalField(lambda v, time: self._rate(net, v, time), span, clock_start, clock_rate)
 
     def encode(self, x: torch.Tensor, dt: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Backward ODE-RNN -> (mean, std) of q(z0 | x), each (B, latent)."""
@@ -226,15 +231,7 @@ class LatentODETW(LatentODE):
     # False builds them at every evaluation, as Algorithm 1 reads (the equivalence test compares).
     precompute_stages = True
 
-    def _solve(
-        self, net: nn.Module, y: torch.Tensor, start: torch.Tensor, span: torch.Tensor, index: float, direction: float
-    ) -> torch.Tensor:
+    def _interval_field(self, net: nn.Module, span: torch.Tensor, clock_start: torch.Tensor,
+                        clock_rate: torch.Tensor) -> nn.Module:
         grid = stage_grid(self.solver) if self.precompute_stages else None
-        if grid is None:
-            return super()._solve(net, y, start, span, index, direction)
-        if self.clock == "time":
-            clock_start, clock_rate = start, span
-        else:
-            clock_start, clock_rate = y.new_tensor(index), y.new_tensor(direction)
-        field = IntervalField(net, span, clock_start, clock_rate, grid)
-        return torchdiffeq.odeint(field, y, self._unit_interval.to(y.dtype), **self.solver)[-1]
+        return IntervalField(net, span, clock_start, clock_rate, grid)

@@ -207,9 +207,10 @@ class NeuralCDETW(NeuralCDE):
 
     def _path(self, coeffs: torch.Tensor, last: torch.Tensor, mask: torch.Tensor) -> tuple:
         path, grid = super()._path(coeffs, last, mask)
-        self.field.use_path(path)
-        if self.precompute_stages and not self.adjoint:
-            self.field.use_path(path, cache_for(self.solver, grid, self.field.net.stage_weights, self.field.clock_of))
+        cache = None
+        if self.precompute_stages and not self.adjoint:  # its clock reads the path set with it
+            cache = cache_for(self.solver, grid, self.field.net.stage_weights, self.field.clock_of)
+        self.field.use_path(path, cache)
         return path, grid
 
     def forward(self, coeffs: torch.Tensor, last: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

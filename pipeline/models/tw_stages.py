@@ -29,6 +29,13 @@ STAGE_DIVISIONS = {"euler": (1, False), "midpoint": (2, False), "rk4": (3, True)
 _OFF_GRID = 1e-3  # in units of the grid: a solver time farther from a grid point builds its own
 
 
+def grid_point(position: float) -> int | None:
+    """The grid point k a solver time lies on, given in grid units (float rounding allowed);
+    None when it lies between points or before the first."""
+    k = round(position)
+    return k if abs(position - k) <= _OFF_GRID and k >= 0 else None
+
+
 def stage_grid(solver: dict) -> tuple[int, int] | None:
     """(parts, points): this torchdiffeq solver configuration (`method`, `options.step_size`)
     evaluates the field only at s = k / parts for k < points; None when that is not known ahead
@@ -68,9 +75,8 @@ class IntervalField(nn.Module):
         if self.stages is None:
             return None
         parts, points = self.grid
-        position = float(s) * parts
-        k = round(position)
-        if abs(position - k) > _OFF_GRID or not 0 <= k < points:
+        k = grid_point(float(s) * parts)
+        if k is None or k >= points:
             return None
         return [layer[k] for layer in self.stages]
 
@@ -111,9 +117,8 @@ class StageCache:
 
     def at(self, s: torch.Tensor) -> list[torch.Tensor] | None:
         """Each layer's weights at solver time s, or None off the grid."""
-        position = (float(s) - self.origin) / self.step * self.divisions
-        k = round(position)
-        if abs(position - k) > _OFF_GRID or k < 0:
+        k = grid_point((float(s) - self.origin) / self.step * self.divisions)
+        if k is None:
             return None
         chunk = self._chunk(k)
         if chunk not in self.chunks:
