@@ -216,7 +216,10 @@ def test_unguarded_concurrent_first_opens_race_on_the_migration(tmp_path: Path) 
     all is up to the scheduler, so only the kind of failure is asserted."""
     outcomes = _open_at_once(f"sqlite:///{tmp_path / 'mlflow.db'}", guarded=False)
     print(f"\nunguarded first opens: {outcomes.count('ok')} of {len(outcomes)} ok; {sorted(set(outcomes))}")
-    race = ("duplicate column", "already exists", "Online migration expected", "database is locked", "no such table")
+    # "No such index": a loser dropping an index the winner's migration already replaced (seen
+    # once in CI on 2026-11-25, beside "duplicate column" from the same race)
+    race = ("duplicate column", "already exists", "Online migration expected", "database is locked", "no such table",
+            "No such index")
     assert all(o == "ok" or any(r in o for r in race) for o in outcomes), outcomes
 
 
