@@ -95,46 +95,73 @@ def prepare(dataset: str = DATASET, source: Optional[str] = SOURCE, root: Path =
 @app.command()
 @_stage
 def search(
-    dataset: str, family: str, root: Path = ROOT,
+    dataset: str,
+    family: Optional[str] = typer.Argument(None, help="One family; omitted: every family of params.yaml "
+                                                      "`families` at once, skipping those whose result is current."),
+    root: Path = ROOT,
     fresh: bool = typer.Option(False, "--fresh", help="Start a new search even if an interrupted one with "
                                                         "the same params, space and data could be resumed."),
 ) -> None:
-    """Ray Tune + Optuna search of FAMILY on DATASET -> results/DATASET/search/FAMILY.json.
+    """Ray Tune + Optuna search on DATASET -> results/DATASET/search/FAMILY.json per family.
 
-    With RAY_ADDRESS set (or under `ray job submit`) the trials run on that cluster. An
-    interrupted search (driver killed, Ctrl-C) is resumed by running the same command again.
+    Without FAMILY every family of params.yaml `families` is searched in one Ray Tune run, each
+    with its own study, ASHA rungs and budget, sharing the cluster's trial slots; a family whose
+    result file was written from the same params, space, data and code is skipped (this is what
+    `dvc repro` runs). With RAY_ADDRESS set (or under `ray job submit`) the trials run on that
+    cluster. An interrupted search (driver killed, Ctrl-C) is resumed by running the same command again.
     """
-    _names(dataset=dataset, family=family)
-    from pipeline.sweep.search import search as run
+    _names(dataset=dataset, **({"family": family} if family is not None else {}))
+    from pipeline.sweep.search import search_many
 
     base, params = _params(root)
     _check(dataset, params.datasets, "datasets")
-    _check(family, params.families, "families")
-    record = run(base, dataset, family, params.search, fresh=fresh)
-    resumed = " (resumed)" if record.get("resumed") else ""
+    if family is not None:
+        _check(family, params.families, "families")
+    families = [family] if family is not None else list(params.families)
+    records = search_many(base, dataset, families, params.search, fresh=fresh, only_stale=family is None)
+    for name in families:
+        _say_searched(dataset, name, records[name])
+
+
+def _say_searched(dataset: str, family: str, record: dict[str, Any]) -> None:
+    how = " (up to date: not searched again)" if record.get("up_to_date") else (
+        " (resumed)" if record.get("resumed") else "")
     if record.get("status") == "failed":  # recorded, not raised: one family must not stop `dvc repro`
         typer.echo(f"{dataset}/{family}: every trial failed ({record['n_trials']} trials): "
-                   f"{'; '.join(record.get('errors', [])[:3]) or 'no reason recorded'}{resumed}")
+                   f"{'; '.join(record.get('errors', [])[:3]) or 'no reason recorded'}{how}")
         return
     typer.echo(f"{dataset}/{family}: best val {record['metric']} {record['best_val']:.4f} "
-               f"({record['n_trials']} trials, {record['n_failed']} failed){resumed}")
+               f"({record['n_trials']} trials, {record['n_failed']} failed){how}")
 
 
 @app.command()
 @_stage
-def final(dataset: str, family: str, root: Path = ROOT) -> None:
-    """Retrain the best config over the final seeds -> results/DATASET/final/FAMILY.json."""
-    _names(dataset=dataset, family=family)
-    from pipeline.final import final as run
+def final(
+    dataset: str,
+    family: Optional[str] = typer.Argument(None, help="One family; omitted: every family of params.yaml "
+                                                      "`families` at once, skipping those whose result is current."),
+    root: Path = ROOT,
+) -> None:
+    """Retrain the best config over the final seeds -> results/DATASET/final/FAMILY.json per family.
+
+    Without FAMILY the seeds of every family of params.yaml `families` train at once, sharing the
+    cluster; a family whose result file was written from the same searched configuration, params,
+    data and code is skipped (this is what `dvc repro` runs).
+    """
+    _names(dataset=dataset, **({"family": family} if family is not None else {}))
+    from pipeline.final import final_many
 
     base, params = _params(root)
     _check(dataset, params.datasets, "datasets")
-    _check(family, params.families, "families")
-    r = run(base, dataset, family, params.final)
-    if r.get("status") == "failed":
-        typer.echo(f"{dataset}/{family}: not evaluated: {r.get('reason', 'every search trial failed')}")
-        return
-    typer.echo(f"{dataset}/{family}: test {r['test_mean']:.4f} ± {r['test_std']:.4f} over {r['n_seeds']} seeds")
+    if family is not None:
+        _check(family, params.families, "families")
+    families = [family] if family is not None else list(params.families)
+    for name, r in final_many(base, dataset, families, params.final, only_stale=family is None).items():
+        how = " (up to date: not trained again)" if r.get("up_to_date") else ""
+        if r.get("status") == "failed":
+            typer.echo(f"{dataset}/{name}: not evaluated: {r.get('reason', 'every search trial failed')}{how}")
+            continue
+        typer.echo(f"{dataset}/{name}: test {r['test_mean']:.4f} ± {r['test_std']:.4f} over {r['n_seeds']} seeds{how}")
 
 
 @app.command()

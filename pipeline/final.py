@@ -1,4 +1,5 @@
-"""The `final` stage: retrain a family's best configuration over fresh seeds, spread over Ray.
+"""The `final` stage: retrain each family's best configuration over fresh seeds, the seeds of all
+of a dataset's families spread over Ray at once (pipeline.final_seeds).
 
 Each seed trains until validation stops improving (`final.patience` epochs without a better
 score; a family whose searched configuration sets its own `patience` keeps it), for at most
@@ -16,112 +17,32 @@ report can say whether the ranking of the families survives a small change of le
 
 from __future__ import annotations
 
+import contextlib
+import json
 import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ray
-import torch
-
-from pipeline import final_resume, tracking
-from pipeline.config import FinalParams, Resources
+from pipeline import final_resume, staleness, tracking
+from pipeline.config import FinalParams
 from pipeline.data.contract import Dataset, load_dataset
 from pipeline.errors import ConfigError
+from pipeline.final_seeds import SeedJob, spread, train_seed
 from pipeline.interrupts import Interrupted, deferred
 from pipeline.io import check_writable, write_json
 from pipeline.locks import stage_lock
 from pipeline.names import check_name
 from pipeline.paths import final_result_path, processed_dir, require, search_result_path
+from pipeline.protocol import dataset_problem
 from pipeline.schema import SEARCH_FOR_FINAL, read_record
 from pipeline.serving import log_model_from_state
-from pipeline.protocol import dataset_problem
 from pipeline.spaces import split_config
 from pipeline.sweep import run_lookup
 from pipeline.sweep.cluster import check_fits, check_shared_storage, ray_session
-from pipeline.sweep.context import local_dataset
-from pipeline.train import Trainer, TrainSettings, device_for, train_to_budget, with_patience
 
-
-@dataclass(frozen=True)
-class SeedJob:
-    dataset: str
-    family: str
-    dataset_dir: str
-    config: dict[str, Any]
-    seed: int
-    epochs: int
-    cpus: float
-    gpus: float
-    tracking_uri: str
-    experiment_id: str
-    parent_run_id: str
-    lr_factor: float = 1.0  # 1: the searched configuration itself; else a robustness rerun
-    patience: int | None = None  # epochs without a better validation score before the seed stops
-    time_limit_s: float | None = None  # wall-clock cap on the seed's training
-
-    @property
-    def run_name(self) -> str:
-        nominal = self.lr_factor == 1.0
-        return f"final/{self.family}/{'' if nominal else f'lr-x{self.lr_factor:g}/'}seed-{self.seed}"
-
-    @property
-    def tags(self) -> dict[str, Any]:
-        tags = {"dataset": self.dataset, "family": self.family, "stage": "final", "seed": self.seed}
-        return tags if self.lr_factor == 1.0 else {**tags, "stage": "robustness", "lr_factor": f"{self.lr_factor:g}"}
-
-
-def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
-    """Train one seed of `data` (shipped through Ray's object store, so a worker node needs no
-    copy of the project); returns its metrics, learning curve and best-validation weights."""
-    torch.set_num_threads(max(1, int(job.cpus)))
-    client = tracking.MlflowClient(job.tracking_uri)
-    run_id = tracking.start_run(client, job.experiment_id, job.run_name, job.tags, parent_run_id=job.parent_run_id)
-    tracking.log_params(client, run_id, {**job.config, "seed": job.seed, "epochs": job.epochs,
-                                         "lr_factor": job.lr_factor, "final_patience": job.patience,
-                                         "time_limit_s": job.time_limit_s})
-    try:
-        train_cfg, model_cfg = split_config(job.config)
-        dataset = local_dataset(data)
-        trainer = Trainer(job.family, model_cfg, TrainSettings(**with_patience(train_cfg, job.patience)), dataset,
-                          job.seed, device_for(job.gpus), job.epochs)
-        run = train_to_budget(trainer, job.epochs, job.time_limit_s, dataset.meta.mode,
-                              lambda m: tracking.log_metrics(client, run_id, m, step=trainer.epoch))
-        tracking.set_tags(client, run_id, {final_resume.STOP_TAG: run.stop, **({"patience_stopped": "true"}
-                                                                              if run.stop == "patience" else {})})
-        trainer.model.load_state_dict(run.best_state)  # copies onto the model's device
-        val, val_loss = trainer.evaluate_with_loss("val")
-        result = {"seed": job.seed, "val": val, "val_loss": val_loss, "test": trainer.evaluate("test"),
-                  "num_params": trainer.model.num_parameters(), "seconds_per_epoch": statistics.median(run.seconds),
-                  "curve": run.curve, "mlflow_run_id": run_id, "stop": run.stop, "best_epoch": run.best_epoch}
-        tracking.log_metrics(client, run_id, {"final_val": val, "final_val_loss": val_loss, "final_test": result["test"],
-                                              "num_params": result["num_params"], "best_epoch": run.best_epoch,
-                                              "seconds_per_epoch": result["seconds_per_epoch"]})
-        if job.lr_factor == 1.0:  # a resumed stage reuses this seed instead of training it again
-            final_resume.save_state(client, run_id, run.best_state)
-    except Exception as exc:
-        tracking.finish(client, run_id, exc)
-        raise
-    tracking.finish(client, run_id)
-    if job.lr_factor != 1.0:  # robustness reruns only report scores: no weights through the object store
-        return {**result, "lr_factor": job.lr_factor}
-    return {**result, "lr_factor": job.lr_factor, "state_dict": run.best_state}
-
-
-def _spread(jobs: list[SeedJob], data: Dataset, res: Resources) -> list[dict[str, Any]]:
-    remote = ray.remote(train_seed).options(num_cpus=res.cpu, num_gpus=res.gpu)
-    data_ref = ray.put(data)  # once, not once per seed
-    refs = [remote.remote(job, data_ref) for job in jobs]
-    remaining = list(refs)
-    with deferred() as interrupt:  # a signal is checked between short waits, never raised inside Ray
-        while remaining and interrupt.signum is None:
-            ready, remaining = ray.wait(remaining, num_returns=len(remaining), timeout=0.5)
-            ray.get(ready)  # a failed seed fails the stage now, as a plain ray.get would
-        if interrupt.signum is not None:  # stop the seeds now, not at Ray's shutdown: their runs are closed next
-            for ref in remaining:
-                ray.cancel(ref, force=True)
-    return ray.get(refs)
+__all__ = ["SeedJob", "final", "final_many", "scaled_lr", "stopping", "train_seed"]
 
 
 def _summary(values: list[float]) -> tuple[float, float]:
@@ -141,14 +62,86 @@ def _check_protocol(config: dict[str, Any], meta: Any, epochs: int, dataset: str
 
 def final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, Any]:
     """Retrain the searched best config of (dataset, family) on every seed of `p.seeds`."""
+    return final_many(root, dataset, [family], p)[family]
+
+
+def final_many(root: Path, dataset: str, families: list[str], p: FinalParams,
+               only_stale: bool = False) -> dict[str, dict[str, Any]]:
+    """The final evaluation of every family of `families` on `dataset`, their seeds all spread
+    over Ray at once; returns {family: record}. `only_stale`: skip a family whose result file was
+    written from the same searched configuration, params, data and code.
+
+    A family whose seed fails ends FAILED (resumable, its finished seeds kept) without stopping
+    the others; the first such error is raised once every other family's result is written.
+    """
     check_name(dataset, "dataset name")
-    check_name(family, "family name")
-    with stage_lock(root, "final", dataset, family):  # one driver per final evaluation: a second is refused
-        return _final(root, dataset, family, p.for_family(family))
+    for family in families:
+        check_name(family, "family name")
+    with contextlib.ExitStack() as locks:  # one driver per final evaluation: a second is refused
+        for family in sorted(families):
+            locks.enter_context(stage_lock(root, "final", dataset, family))
+        return _final_many(root, dataset, families, p, only_stale)
 
 
-def _final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, Any]:
-    data_dir = require(processed_dir(root, dataset), f"ctsweep prepare {dataset}")
+@dataclass
+class _Plan:
+    """One family's final evaluation: checked, its parent run open, its seeds to train."""
+
+    family: str
+    p: FinalParams
+    searched: dict[str, Any]
+    parent: str
+    resumed: bool
+    jobs: list[SeedJob]
+    kept: dict[str, dict[str, Any]]
+    digest: str
+
+    @property
+    def todo(self) -> list[SeedJob]:
+        return [j for j in self.jobs if final_resume.seed_key(j.seed, j.lr_factor) not in self.kept]
+
+
+class _Inputs:
+    """The dataset and the MLflow experiment, opened once and only when a family needs them."""
+
+    def __init__(self, root: Path, dataset: str) -> None:
+        self.root, self.dataset = root, dataset
+        self.dir = require(processed_dir(root, dataset), f"ctsweep prepare {dataset}")
+        self._data: Dataset | None = None
+        self._experiment: tuple[tracking.MlflowClient, str] | None = None
+
+    @property
+    def data(self) -> Dataset:
+        if self._data is None:
+            self._data = load_dataset(self.dir)  # a corrupt split fails now, before Ray and MLflow
+        return self._data
+
+    @property
+    def experiment(self) -> tuple[tracking.MlflowClient, str]:
+        if self._experiment is None:
+            self._experiment = tracking.experiment_id(self.root, self.dataset)
+        return self._experiment
+
+
+def _final_many(root: Path, dataset: str, families: list[str], p: FinalParams,
+                only_stale: bool) -> dict[str, dict[str, Any]]:
+    inputs = _Inputs(root, dataset)
+    records: dict[str, dict[str, Any]] = {}
+    plans: list[_Plan] = []
+    for family in families:
+        outcome = _plan(inputs, family, p.for_family(family), only_stale)
+        if isinstance(outcome, _Plan):
+            plans.append(outcome)
+        else:
+            records[family] = outcome
+    if plans:
+        records.update(_run(inputs, plans))
+    return {family: records[family] for family in families}
+
+
+def _plan(inputs: _Inputs, family: str, p: FinalParams, only_stale: bool) -> _Plan | dict[str, Any]:
+    """The family's plan, or its record when there is nothing to train (failed search, current result)."""
+    root, dataset = inputs.root, inputs.dataset
     producer = f"ctsweep search {dataset} {family}"
     searched = read_record(require(search_result_path(root, dataset, family), producer), producer, SEARCH_FOR_FINAL)
     if searched.get("status") == "failed":  # nothing to evaluate: say so, and let the other families go on
@@ -156,48 +149,95 @@ def _final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, A
     if searched["trial_seed"] in p.seeds:
         raise ConfigError(f"params.yaml: key `final.seeds`: {p.seeds} includes the search seed "
                           f"{searched['trial_seed']}; final seeds must be fresh")
-    check_writable(final_result_path(root, dataset, family).parent)
-    data = load_dataset(data_dir)  # a corrupt split fails now, before Ray and MLflow
-    _check_protocol(searched["best_config"], data.meta, p.epochs, dataset, family)
-    client, exp_id = tracking.experiment_id(root, dataset)
+    out = final_result_path(root, dataset, family)
+    check_writable(out.parent)
+    fp = final_resume.fingerprint(dataset, family, searched, p, inputs.dir)
+    digest = staleness.inputs_digest(fp, staleness.code_digest(staleness.FINAL_CODE))
+    if only_stale and (current := _current(out, digest)) is not None:
+        return {**current, "up_to_date": True}  # the flag is for the caller; the file is untouched
+    _check_protocol(searched["best_config"], inputs.data.meta, p.epochs, dataset, family)
+    client, exp_id = inputs.experiment
     _check_time_limit(client, searched, p, dataset, family)
     parent, resumed = final_resume.open_parent(
-        client, exp_id, dataset, family, final_resume.fingerprint(dataset, family, searched, p, data_dir),
+        client, exp_id, dataset, family, fp,
         {**searched["best_config"], "seeds": p.seeds, "epochs": p.epochs, "final_patience": p.patience,
          "time_limit_s": p.time_limit_s, "lr_factors": p.lr_factors})
     res = p.resources_for(family)
-    jobs = [SeedJob(dataset, family, str(data_dir), scaled_lr(searched["best_config"], factor), s, p.epochs,
+    jobs = [SeedJob(dataset, family, str(inputs.dir), scaled_lr(searched["best_config"], factor), s, p.epochs,
                     res.cpu, res.gpu, tracking.tracking_uri(root), exp_id, parent, factor, p.patience, p.time_limit_s)
             for factor in (1.0, *p.lr_factors) for s in p.seeds]
+    kept = final_resume.finished_seeds(client, exp_id, parent) if resumed else {}
+    return _Plan(family, p, searched, parent, resumed, jobs, kept, digest)
+
+
+def _current(out: Path, digest: str) -> dict[str, Any] | None:
     try:
-        kept = final_resume.finished_seeds(client, exp_id, parent) if resumed else {}
-        todo = [j for j in jobs if final_resume.seed_key(j.seed, j.lr_factor) not in kept]
-        done = []
+        record = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and staleness.is_current(record, digest) else None
+
+
+def _run(inputs: _Inputs, plans: list[_Plan]) -> dict[str, dict[str, Any]]:
+    """Train every plan's missing seeds at once, then write each family's record."""
+    client, exp_id = inputs.experiment
+    todo = [job for plan in plans for job in plan.todo]
+    try:
+        done, failed = ({}, {})
         if todo:
             with ray_session():
-                check_shared_storage(tracking.tracking_uri(root))
-                check_fits(res, f"final.family_resources.{family}" if family in p.family_resources
-                           else "final.resources")
-                done = _spread(todo, data, res)
-        by_key = {**kept, **{final_resume.seed_key(r["seed"], r["lr_factor"]): r for r in done}}
-        # in job order, each with its job's exact factor (a kept run's tag holds it rounded by `:g`)
-        results = [{**by_key[final_resume.seed_key(j.seed, j.lr_factor)], "lr_factor": j.lr_factor} for j in jobs]
-        record = _evaluate(root, dataset, family, searched, p, results, data)
-        record.update(mlflow_parent_run_id=parent, resumed=resumed, reused_seeds=len(kept))
-        tracking.log_metrics(client, parent, {k: record[k] for k in ("val_mean", "val_std", "test_mean", "test_std")})
-        for r in record["robustness"]:
-            tracking.log_metrics(client, parent, {f"lr_x{r['lr_factor']:g}_{k}": r[k]
-                                                  for k in ("val_mean", "val_std", "test_mean", "test_std")})
-        write_json(final_result_path(root, dataset, family), record)
-    except Interrupted as exc:  # the seeds were stopped; the previous result file stays as it was
+                check_shared_storage(tracking.tracking_uri(inputs.root))
+                for plan in plans:
+                    if plan.todo:
+                        check_fits(plan.p.resources_for(plan.family),
+                                   f"final.family_resources.{plan.family}" if plan.family in plan.p.family_resources
+                                   else "final.resources")
+                done, failed = spread(todo, inputs.data)
+    except Interrupted as exc:  # the seeds were stopped; the previous result files stay as they were
         with deferred():
-            run_lookup.close_interrupted(client, exp_id, parent, str(exc))
+            for plan in plans:
+                run_lookup.close_interrupted(client, exp_id, plan.parent, str(exc))
         raise
-    except BaseException as exc:  # a failed seed: resumable too (finished seeds are kept)
-        tracking.finish(client, parent, exc)
+    except BaseException as exc:
+        for plan in plans:
+            tracking.finish(client, plan.parent, exc)
         raise
-    tracking.set_tags(client, parent, {final_resume.COMPLETE_TAG: "true"})
-    tracking.finish(client, parent)
+    trained: dict[str, dict[tuple[int, str], dict[str, Any]]] = {plan.family: {} for plan in plans}
+    for i, result in done.items():
+        trained[todo[i].family][final_resume.seed_key(todo[i].seed, todo[i].lr_factor)] = result
+    records, errors = {}, []
+    for plan in plans:
+        try:
+            if plan.family in failed:
+                raise failed[plan.family]
+            records[plan.family] = _finish(inputs, plan, trained[plan.family])
+        except Interrupted:
+            raise
+        except BaseException as exc:  # a failed seed, or a record that could not be written: resumable
+            tracking.finish(client, plan.parent, exc)
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+    return records
+
+
+def _finish(inputs: _Inputs, plan: _Plan, trained: dict[tuple[int, str], dict[str, Any]]) -> dict[str, Any]:
+    """Write the family's record from its kept and newly trained seeds; close its parent run."""
+    client, _ = inputs.experiment
+    p, family = plan.p, plan.family
+    by_key = {**plan.kept, **trained}
+    # in job order, each with its job's exact factor (a kept run's tag holds it rounded by `:g`)
+    results = [{**by_key[final_resume.seed_key(j.seed, j.lr_factor)], "lr_factor": j.lr_factor} for j in plan.jobs]
+    record = _evaluate(inputs.root, inputs.dataset, family, plan.searched, p, results, inputs.data)
+    record.update(mlflow_parent_run_id=plan.parent, resumed=plan.resumed, reused_seeds=len(plan.kept),
+                  **{staleness.DIGEST_KEY: plan.digest})
+    tracking.log_metrics(client, plan.parent, {k: record[k] for k in ("val_mean", "val_std", "test_mean", "test_std")})
+    for r in record["robustness"]:
+        tracking.log_metrics(client, plan.parent, {f"lr_x{r['lr_factor']:g}_{k}": r[k]
+                                                   for k in ("val_mean", "val_std", "test_mean", "test_std")})
+    write_json(final_result_path(inputs.root, inputs.dataset, family), record)
+    tracking.set_tags(client, plan.parent, {final_resume.COMPLETE_TAG: "true"})
+    tracking.finish(client, plan.parent)
     return record
 
 

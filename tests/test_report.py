@@ -4,6 +4,7 @@ provenance and plot data."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import subprocess
 from pathlib import Path
@@ -136,7 +137,8 @@ def test_bad_reference_file_names_the_key(project: Path) -> None:
 def test_report_is_stamped_with_commit_dvc_lock_and_params(project: Path) -> None:
     (project / "dvc.lock").write_text(
         "schema: '2.0'\nstages:\n  prepare@d:\n    cmd: ctsweep prepare d\n    outs:\n"
-        "    - path: data/processed/d\n      md5: 0123abcd.dir\n")
+        "    - path: data/processed/d\n      md5: 0123abcd.dir\n  search@d:\n    cmd: ctsweep search d\n    outs:\n"
+        "    - path: results/d/search\n      md5: 4567ef.dir\n")
     for cmd in (["git", "init", "-q"], ["git", "add", "params.yaml"],
                 ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
         subprocess.run(cmd, cwd=project, check=True)
@@ -144,6 +146,9 @@ def test_report_is_stamped_with_commit_dvc_lock_and_params(project: Path) -> Non
     report(project, ["d"], ["a", "b"])
     table = (project / "reports" / "results.md").read_text()
     assert f"git commit: `{head}`" in table and "`prepare@d`: `data/processed/d` 0123abcd.dir" in table
+    assert "`search@d`: `results/d/search` 4567ef.dir" in table  # the folder, then each family's file in it
+    digest = hashlib.md5(search_result_path(project, "d", "a").read_bytes()).hexdigest()
+    assert f"`search@d`: `results/d/search/a.json` {digest}" in table
     assert '"families": [\n  "a",\n  "b"\n ]' in table
     (project / "params.yaml").write_text((project / "params.yaml").read_text() + "# edited\n")
     report(project, ["d"], ["a", "b"])
@@ -181,6 +186,6 @@ def test_a_record_whose_mlflow_run_is_gone_gets_a_warning_and_the_others_their_r
     report(project, ["d"], ["a", "b"])
     err = capsys.readouterr().err
     assert err.count("ctsweep: warning:") == 1 and "Traceback" not in err
-    assert f"results/d/final/b.json names MLflow run {'0' * 32}" in err and "final@d-b" in err
+    assert f"results/d/final/b.json names MLflow run {'0' * 32}" in err and "ctsweep final d b" in err
     assert "report/results.md" in {f.path for f in client.list_artifacts(run_id, "report")}
     assert (project / "reports" / "results.md").exists()

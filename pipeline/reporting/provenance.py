@@ -6,6 +6,7 @@ check out the same commit, `dvc checkout` the same data and rerun.
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,12 @@ def git_commit(root: Path) -> str:
     return f"{head} (uncommitted changes: {shown})"
 
 
-def dvc_hashes(root: Path, stages: list[str]) -> dict[str, dict[str, str]]:
-    """{stage: {output path: md5}} from dvc.lock for the named stages (those DVC has run)."""
+def dvc_hashes(root: Path, stages: list[str], families: list[str] | None = None) -> dict[str, dict[str, str]]:
+    """{stage: {output path: md5}} from dvc.lock for the named stages (those DVC has run).
+
+    A results folder (the search and final stages write one per dataset, a file per family) is
+    followed by the md5 of each of `families`' files in it as they are now, so a row of the
+    table traces back to its own file."""
     lock_path = root / "dvc.lock"
     if not lock_path.exists():
         return {}
@@ -44,15 +49,18 @@ def dvc_hashes(root: Path, stages: list[str]) -> dict[str, dict[str, str]]:
         entry = lock.get("stages", {}).get(stage)
         if entry:
             out[stage] = {o["path"]: o.get("md5", "?") for o in entry.get("outs", [])}
+            for folder in [o["path"] for o in entry.get("outs", []) if o["path"].startswith("results/")]:
+                for family in families or []:
+                    path = root / folder / f"{family}.json"
+                    if path.is_file():
+                        out[stage][f"{folder}/{family}.json"] = hashlib.md5(path.read_bytes()).hexdigest()
     return out
 
 
 def stages_of(datasets: list[str], families: list[str]) -> list[str]:
-    """The dvc.lock stage names whose outputs the report reads, as dvc.yaml names them."""
-    names = [f"prepare@{d}" for d in datasets]
-    for kind in ("search", "final"):
-        names += [f"{kind}@{d}-{f}" for d in datasets for f in families]
-    return names
+    """The dvc.lock stage names whose outputs the report reads, as dvc.yaml names them (one search
+    and one final stage per dataset, holding every family: their outputs are folders)."""
+    return [f"{kind}@{d}" for kind in ("prepare", "search", "final") for d in datasets]
 
 
 def stamp(root: Path, datasets: list[str], families: list[str]) -> dict[str, Any]:
@@ -60,5 +68,5 @@ def stamp(root: Path, datasets: list[str], families: list[str]) -> dict[str, Any
     raw = read_yaml(root / "params.yaml") or {}
     params = {k: raw[k] for k in ("datasets", "families", "search", "final", "promote") if k in raw}
     params["prepare"] = {d: raw.get("prepare", {}).get(d) for d in datasets}
-    return {"commit": git_commit(root), "dvc_lock": dvc_hashes(root, stages_of(datasets, families)),
+    return {"commit": git_commit(root), "dvc_lock": dvc_hashes(root, stages_of(datasets, families), families),
             "params": params}

@@ -188,8 +188,8 @@ def log_to_mlflow(root: Path, finals: dict[str, dict[str, dict[str, Any]]], repo
             # cache restored a final record trained against another (or a deleted) mlflow.db.
             family = next(f for f, r in finals[dataset].items() if r.get("mlflow_parent_run_id") == run_id)
             print(f"ctsweep: warning: results/{dataset}/final/{family}.json names MLflow run {run_id}, which the "
-                  f"store {uri} does not have: the report is not attached to it (`dvc repro --force "
-                  f"final@{dataset}-{family}` trains it again with its runs)", file=sys.stderr)
+                  f"store {uri} does not have: the report is not attached to it (`ctsweep final {dataset} "
+                  f"{family}` trains it again with its runs)", file=sys.stderr)
             continue
         for path in (report, *pngs[dataset]):
             client.log_artifact(run_id, str(path), artifact_path="report")

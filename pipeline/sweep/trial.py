@@ -15,7 +15,7 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import ray
 import torch
@@ -26,6 +26,7 @@ from pipeline.data.contract import Dataset
 from pipeline.errors import TrialFailedError
 from pipeline.spaces import split_config
 from pipeline.sweep.context import STATE_FILE, TrialContext, local_dataset
+from pipeline.sweep.families import family_of, without_family
 from pipeline.sweep.run_lookup import find_child_run
 from pipeline.train import TimeLimitReached, Trainer, TrainSettings, device_for
 
@@ -124,3 +125,10 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
     except Exception as exc:
         _fail(client, run_id, exc)
         raise
+
+
+def run_family_trial(config: dict[str, Any], contexts: dict[str, TrialContext], data: Dataset,
+                     trial_fn: Callable[[dict[str, Any], TrialContext, Dataset], None] = run_trial) -> None:
+    """The trainable of a multi-family search (pipeline.sweep.families): the trial's family picks
+    its context; the trial itself sees only its own family's configuration."""
+    trial_fn(without_family(config), contexts[family_of(config)], data)

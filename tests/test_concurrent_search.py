@@ -1,0 +1,150 @@
+"""Several families searched at once (pipeline.sweep.families): each keeps its own study, budget,
+concurrency cap and ASHA rungs, results go only to their own family, the families' trials share
+the cluster at the same time, and the state survives a save and restore. The end-to-end part
+runs real Ray Tune, Optuna and MLflow on a tiny XOR dataset; the final stage's seeds of two
+families train at once too, and a rerun skips the families whose inputs did not change."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+from ray.tune.search import Searcher
+
+from pipeline import staleness, tracking
+from pipeline.config import FinalParams, SearchParams, XorParams
+from pipeline.data.contract import save_dataset
+from pipeline.data.xor import build as build_xor
+from pipeline.final import final_many
+from pipeline.paths import final_result_path, processed_dir, search_result_path
+from pipeline.sweep.families import FAMILY_KEY, FamilySearcher
+from pipeline.sweep.scheduling import make_searcher
+from pipeline.sweep.search import search_many
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _space(trial) -> None:
+    trial.suggest_float("lr", 1e-4, 1e-1, log=True)
+
+
+def _family_searcher(budgets: dict[str, int], max_concurrent: int = 2) -> FamilySearcher:
+    searchers = {f: make_searcher(_space, None, "val_metric", "max", seed=i, n_startup_trials=1, max_epochs=3)
+                 for i, f in enumerate(budgets)}
+    return FamilySearcher(searchers, budgets, max_concurrent, "val_metric", "max")
+
+
+def test_families_take_turns_within_their_budgets_and_caps() -> None:
+    s = _family_searcher({"a": 3, "b": 1}, max_concurrent=2)
+    given = [s.suggest(f"t{i}") for i in range(4)]
+    assert [g[FAMILY_KEY] for g in given[:3]] == ["a", "b", "a"] and given[3] is None  # a at its cap, b spent
+    s.on_trial_complete("t0", {"val_metric": 0.5, "epoch": 3})
+    again = s.suggest("t4")
+    assert again[FAMILY_KEY] == "a" and set(again) == {FAMILY_KEY, "lr"}
+    assert s.suggest("t5") == Searcher.FINISHED and s.total_samples == 4  # every budget given out
+    for trial in ("t1", "t2", "t4"):  # the live trials are still told to their studies
+        s.on_trial_complete(trial, {"val_metric": 0.4, "epoch": 3})
+    assert [len(s.study_searcher(f)._ot_study.get_trials(deepcopy=False)) for f in "ab"] == [3, 1]
+
+
+def test_results_reach_only_their_own_family_s_study() -> None:
+    s = _family_searcher({"a": 2, "b": 2})
+    assert s.suggest("t0")[FAMILY_KEY] == "a" and s.suggest("t1")[FAMILY_KEY] == "b"
+    s.on_trial_complete("t0", {"val_metric": 0.9, "epoch": 3})
+    s.on_trial_complete("t1", {"val_metric": 0.2, "epoch": 1})  # stopped early: pruned, not complete
+    s.on_trial_complete("t1", {"val_metric": 0.2, "epoch": 1})  # told twice: counted once
+    a, b = (s.study_searcher(f)._ot_study.get_trials(deepcopy=False) for f in "ab")
+    assert [(t.state.name, t.value) for t in a] == [("COMPLETE", 0.9)]
+    assert [t.state.name for t in b] == ["PRUNED"]
+
+
+def test_save_and_restore_keep_every_study_and_the_live_trials(tmp_path: Path) -> None:
+    s = _family_searcher({"a": 2, "b": 2})
+    for i in range(3):
+        s.suggest(f"t{i}")
+    s.on_trial_complete("t0", {"val_metric": 0.7, "epoch": 3})
+    s.save(str(tmp_path / "state.pkl"))
+    restored = _family_searcher({"a": 2, "b": 2})
+    restored.restore(str(tmp_path / "state.pkl"))
+    assert restored.live_trials() == {"a": 1, "b": 1} == s.live_trials()
+    restored.on_trial_complete("t1", {"val_metric": 0.3, "epoch": 3})  # a trial from before the restore
+    assert [t.value for t in restored.study_searcher("b")._ot_study.get_trials(deepcopy=False)
+            if t.state.name == "COMPLETE"] == [0.3]
+    assert restored.suggest("t3")[FAMILY_KEY] == "b" and restored.suggest("t4") == Searcher.FINISHED
+
+
+def test_dvc_yaml_lists_the_code_the_staleness_digest_covers() -> None:
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    for stage, code in (("search", staleness.SEARCH_CODE), ("final", staleness.FINAL_CODE)):
+        deps = [d for d in stages[stage]["do"]["deps"] if d.startswith("pipeline/")]
+        assert sorted(d.removeprefix("pipeline/") for d in deps) == sorted(code), stage
+
+
+def test_code_digest_follows_the_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "a.py").write_text("x = 1\n")
+    (tmp_path / "train.py").write_text("y = 2\n")
+    monkeypatch.setattr(staleness, "PACKAGE", tmp_path)
+    before = staleness.code_digest(("sweep", "train.py"))
+    (tmp_path / "sweep" / "a.py").write_text("x = 3\n")
+    after = staleness.code_digest(("sweep", "train.py"))
+    assert before != after and staleness.code_digest(("sweep", "train.py")) == after
+    digest = staleness.inputs_digest("fp", after)
+    assert staleness.is_current({staleness.DIGEST_KEY: digest}, digest)
+    assert not staleness.is_current({staleness.DIGEST_KEY: digest}, staleness.inputs_digest("other", after))
+    assert not staleness.is_current(None, digest) and not staleness.is_current({}, digest)
+
+
+def _spans(client: MlflowClient, parent: str) -> list[tuple[int, int]]:
+    exp = client.get_run(parent).info.experiment_id
+    runs = client.search_runs([exp], f"tags.mlflow.parentRunId = '{parent}'")
+    return [(r.info.start_time, r.info.end_time) for r in runs]
+
+
+@pytest.mark.slow
+def test_two_families_search_at_once_and_a_rerun_skips_the_unchanged(project: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    save_dataset(processed_dir(project, "x"), build_xor("x", XorParams(kind="xor", n_train=64, n_test=16, seed=5)))
+    p = SearchParams(num_samples=3, max_concurrent=1, epochs=2, n_startup_trials=1)
+    families = ["cfc", "lstm_dt"]
+    records = search_many(project, "x", families, p)
+    client = MlflowClient(tracking.tracking_uri(project))
+    for family in families:
+        r = records[family]
+        assert r["status"] == "ok" and r["n_trials"] == 3 and r["searched_with"] == families
+        assert json.loads(search_result_path(project, "x", family).read_text()) == r
+        assert all(FAMILY_KEY not in t["config"] for t in r["trials"])
+        assert sum(r["optuna_states"].values()) == 3  # its own study: its own three trials only
+        assert max(r["asha_rungs"].values(), default=0) <= 3
+        parent = client.get_run(r["mlflow_parent_run_id"])
+        assert parent.data.tags["family"] == family and parent.info.status == "FINISHED"
+        children = client.search_runs([parent.info.experiment_id],
+                                      f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+        assert len(children) == 3 and {c.data.tags["family"] for c in children} == {family}
+    assert records["cfc"]["optuna_study"] != records["lstm_dt"]["optuna_study"]
+    assert records["cfc"]["ray_experiment_path"] == records["lstm_dt"]["ray_experiment_path"]  # one Tune run
+    cfc, lstm = (_spans(client, records[f]["mlflow_parent_run_id"]) for f in families)
+    # One trial of each family at a time (max_concurrent 1) on two CPUs: they must have overlapped.
+    assert any(a0 < b1 and b0 < a1 for a0, a1 in cfc for b0, b1 in lstm), (cfc, lstm)
+
+    before = search_result_path(project, "x", "cfc").read_bytes()
+    space = project / "search_spaces" / "lstm_dt.yaml"
+    space.write_text(space.read_text() + "\n# changed\n")
+    again = search_many(project, "x", families, p, only_stale=True)
+    assert again["cfc"].get("up_to_date") and not again["lstm_dt"].get("up_to_date")
+    assert search_result_path(project, "x", "cfc").read_bytes() == before
+    assert again["lstm_dt"]["searched_with"] == ["lstm_dt"]
+
+    f = FinalParams(seeds=[1, 2], epochs=2, patience=2, lr_factors=[])
+    finals = final_many(project, "x", families, f)
+    spans = {fam: _spans(client, finals[fam]["mlflow_parent_run_id"]) for fam in families}
+    assert all(finals[fam]["n_seeds"] == 2 for fam in families)
+    assert any(a0 < b1 and b0 < a1 for a0, a1 in spans["cfc"] for b0, b1 in spans["lstm_dt"]), spans
+    kept = final_result_path(project, "x", "lstm_dt").read_bytes()
+    rerun = final_many(project, "x", families, f, only_stale=True)
+    assert rerun["lstm_dt"].get("up_to_date") and final_result_path(project, "x", "lstm_dt").read_bytes() == kept
