@@ -3,13 +3,16 @@
     .venv/bin/python -m benchmarks.cluster [--full] [--datasets a,b] [--families f,g] [--quick]
     .venv/bin/python -m benchmarks.cluster --device cuda --trials-per-gpu 1,2,4
 
-1. ctsweep path: `pipeline.sweep.search.search(root, dataset, family, p)` for every (dataset, family)
-   of the workload, params.yaml's `search` section, in one Ray session per run (a local Ray of
-   the run's own unless RAY_ADDRESS is set; its start-up is counted once per run and reported on
-   its own), MLflow logging to a fresh SQLite store.
+1. ctsweep path: `pipeline.sweep.search.search_many(root, dataset, families, p)` once per dataset
+   (every family of the workload in one Ray Tune run, as `dvc repro` runs it), or with
+   --sequential `search(root, dataset, family, p)` per (dataset, family) one after another (the
+   driver before concurrent searches); params.yaml's `search` section, in one Ray session per run
+   (a local Ray of the run's own unless RAY_ADDRESS is set; its start-up is counted once per run
+   and reported on its own), MLflow logging to a fresh SQLite store.
 2. Plain path: the SAME trials, read back from the search records (config, epochs reported,
    status), trained by `pipeline.train.Trainer` in a pool of worker processes (spawn, 1 torch
-   thread each, as `resources: cpu: 1`), no Ray, Optuna or MLflow. Ratio = ctsweep / plain.
+   thread each, as `resources: cpu: 1`), no Ray, Optuna or MLflow, grouped as the ctsweep path
+   groups them (a dataset's trials at once, or one search after another). Ratio = ctsweep / plain.
 3. Throughput: the ctsweep path with 1 and 2 trials at a time (CPU), or 1, 2 and 4 trials per
    GPU (--device cuda): trials and epochs per hour.
 Writes cluster.md and cluster.json to --out and prints the Markdown.
@@ -82,6 +85,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--throughput-workers", default="1,2", help="CPU: max_concurrent values for trials per hour")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--trials-per-gpu", default="1,2,4", help="cuda: trials sharing one GPU (gpu share 1/k)")
+    ap.add_argument("--sequential", action="store_true",
+                    help="one search per (dataset, family) after another, as before concurrent searches")
     ap.add_argument("--repeats", type=int, default=1, help="ctsweep + plain pairs; the median ratio is reported")
     ap.add_argument("--work", type=Path, default=None, help="scratch folder (default: a new temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (run roots, records, MLflow)")
@@ -186,32 +191,44 @@ def load_average() -> float:
 # ----------------------------------------------------------------------------- ctsweep path
 
 
-def run_ctsweep(root: Path, pairs: list[tuple[str, str]], p: SearchParams) -> dict[str, Any]:
-    """Every (dataset, family) search through `pipeline.sweep.search.search`, in one Ray session.
+def units_of(pairs: list[tuple[str, str]], sequential: bool) -> list[tuple[str, list[str]]]:
+    """What one driver call searches: (dataset, [family]) per pair, or (dataset, families) per dataset."""
+    if sequential:
+        return [(d, [f]) for d, f in pairs]
+    return [(d, [f for dd, f in pairs if dd == d]) for d in dict.fromkeys(d for d, _ in pairs)]
+
+
+def run_ctsweep(root: Path, pairs: list[tuple[str, str]], p: SearchParams, sequential: bool = False) -> dict[str, Any]:
+    """Every (dataset, family) search through the real driver, in one Ray session: one
+    `search_many` per dataset, or (`sequential`) one `search` per pair.
 
     Timed apart: Ray start-up, MLflow store creation (one experiment per dataset, as the first
-    search would create it), each search, Ray shutdown. `total_s` is their sum.
+    search would create it), each driver call ("units"), Ray shutdown. `total_s` is their sum.
+    `searches` holds one entry per (dataset, family), in `pairs` order, for the replay.
     """
     import ray
 
     from pipeline import tracking
 
     out: dict[str, Any] = {"max_concurrent": p.max_concurrent, "resources": p.resources.model_dump(),
-                           "load_average_start": load_average(), "searches": []}
+                           "sequential": sequential, "load_average_start": load_average(), "searches": [],
+                           "units": []}
     start = time.perf_counter()
-    with ray_for_run():  # search()'s own ray_session finds it initialised and uses it
+    with ray_for_run():  # the driver's own ray_session finds it initialised and uses it
         out["ray_startup_s"] = time.perf_counter() - start
         out["ray_resources"] = {k: v for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU")}
         start = time.perf_counter()
         for dataset in dict.fromkeys(d for d, _ in pairs):
             tracking.experiment_id(root, dataset)
         out["mlflow_store_s"] = time.perf_counter() - start
-        for dataset, family in pairs:
-            out["searches"].append(_one_search(root, dataset, family, p))
+        for dataset, families in units_of(pairs, sequential):
+            unit, searches = _one_unit(root, dataset, families, p)
+            out["units"].append(unit)
+            out["searches"] += searches
         start = time.perf_counter()
     out["ray_shutdown_s"] = time.perf_counter() - start
     ok = [s for s in out["searches"] if s["status"] == "ok"]
-    out["searches_s"] = sum(s["wall_s"] for s in ok)
+    out["searches_s"] = sum(u["wall_s"] for u in out["units"] if u["status"] == "ok")
     out["total_s"] = out["ray_startup_s"] + out["mlflow_store_s"] + out["searches_s"] + out["ray_shutdown_s"]
     out["n_trials"] = sum(s["n_trials"] for s in ok)
     out["epochs"] = sum(sum(t["epochs"] for t in s["trials"]) for s in ok)
@@ -219,24 +236,31 @@ def run_ctsweep(root: Path, pairs: list[tuple[str, str]], p: SearchParams) -> di
     return out
 
 
-def _one_search(root: Path, dataset: str, family: str, p: SearchParams) -> dict[str, Any]:
-    """One timed search; a search whose every trial failed is recorded and left out of the sums."""
-    from pipeline.sweep.search import search
+def _one_unit(root: Path, dataset: str, families: list[str],
+              p: SearchParams) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One timed driver call; a call that raised is recorded and left out of the sums."""
+    from pipeline.sweep.search import search_many
 
     start = time.perf_counter()
     try:
-        record = search(root, dataset, family, p)
+        records = search_many(root, dataset, families, p)
     except Exception as exc:  # TrialFailedError and the like: the benchmark goes on
         wall = time.perf_counter() - start
-        print(f"  ctsweep {dataset}/{family}: error {exc}", file=sys.stderr, flush=True)
-        return {"dataset": dataset, "family": family, "status": "error", "error": f"{type(exc).__name__}: {exc}"[:300],
-                "wall_s": wall, "n_trials": 0, "trials": []}
+        error = f"{type(exc).__name__}: {exc}"[:300]
+        print(f"  ctsweep {dataset}/{','.join(families)}: error {exc}", file=sys.stderr, flush=True)
+        return ({"dataset": dataset, "families": families, "status": "error", "wall_s": wall, "error": error},
+                [{"dataset": dataset, "family": f, "status": "error", "error": error, "n_trials": 0, "trials": []}
+                 for f in families])
     wall = time.perf_counter() - start
-    trials = [{k: t.get(k) for k in ("config", "epochs", "status", "best_val")} for t in record["trials"]]
-    print(f"  ctsweep mc={p.max_concurrent} {dataset}/{family}: {wall:.1f} s, epochs "
-          f"{[t['epochs'] for t in trials]}", file=sys.stderr, flush=True)
-    return {"dataset": dataset, "family": family, "status": "ok", "wall_s": wall, "n_trials": len(trials),
-            "trials": trials}
+    searches = []
+    for family in families:
+        trials = [{k: t.get(k) for k in ("config", "epochs", "status", "best_val")} for t in records[family]["trials"]]
+        searches.append({"dataset": dataset, "family": family, "status": "ok", "n_trials": len(trials),
+                         "trials": trials})
+    print(f"  ctsweep mc={p.max_concurrent} {dataset}/{','.join(families)}: {wall:.1f} s, epochs "
+          f"{[[t['epochs'] for t in s['trials']] for s in searches]}", file=sys.stderr, flush=True)
+    return ({"dataset": dataset, "families": families, "status": "ok", "wall_s": wall,
+             "n_trials": sum(s["n_trials"] for s in searches)}, searches)
 
 
 # ------------------------------------------------------------------------------- plain path
@@ -365,33 +389,38 @@ def _devices(device: str, workers: int) -> list[str]:
     return [f"cuda:{i % torch.cuda.device_count()}" for i in range(workers)]
 
 
-def run_plain(jobs_by_search: list[list[TrialJob]], workers: int, device: str) -> dict[str, Any]:
-    """Replay each search's trials in a pool of `workers` spawned processes, one search after another
-    (a barrier per search, as ctsweep has). Pool start-up (spawn, torch import) is timed apart."""
+def run_plain(jobs_by_unit: list[list[list[TrialJob]]], workers: int, device: str) -> dict[str, Any]:
+    """Replay the trials in a pool of `workers` spawned processes, one unit after another (a
+    barrier per unit, as the ctsweep path has one per driver call); a unit holds one or several
+    searches' jobs, all handed to the pool at once. Pool start-up (spawn, torch import) is timed apart."""
     ctx = mp.get_context("spawn")  # fresh interpreters, as Ray's workers; fork would share torch's state
     devices = ctx.Queue()
     for d in _devices(device, workers):
         devices.put(d)
-    out: dict[str, Any] = {"workers": workers, "load_average_start": load_average(), "searches": []}
+    out: dict[str, Any] = {"workers": workers, "load_average_start": load_average(), "searches": [], "units": []}
     start = time.perf_counter()
     pool = ctx.Pool(workers, initializer=_init_worker, initargs=(devices, ctx.Barrier(workers)))
     try:
         pool.map(_ready, [0])  # returns once every worker is past the barrier
         out["pool_startup_s"] = time.perf_counter() - start
-        for jobs in jobs_by_search:
+        for unit in jobs_by_unit:
             start = time.perf_counter()
-            trials = pool.map(replay_trial, jobs, chunksize=1)
+            trials = pool.map(replay_trial, [job for jobs in unit for job in jobs], chunksize=1)
             wall = time.perf_counter() - start
-            out["searches"].append({"dataset": jobs[0].dataset, "family": jobs[0].family, "wall_s": wall,
-                                    "n_trials": len(jobs), "trials": trials})
-            print(f"  plain {jobs[0].dataset}/{jobs[0].family}: {wall:.1f} s, epochs "
-                  f"{[t['epochs'] for t in trials]}", file=sys.stderr, flush=True)
+            out["units"].append({"dataset": unit[0][0].dataset, "families": [jobs[0].family for jobs in unit],
+                                 "wall_s": wall, "n_trials": len(trials)})
+            for jobs in unit:
+                mine, trials = trials[:len(jobs)], trials[len(jobs):]
+                out["searches"].append({"dataset": jobs[0].dataset, "family": jobs[0].family, "n_trials": len(jobs),
+                                        "trials": mine})
+            print(f"  plain {unit[0][0].dataset}/{','.join(jobs[0].family for jobs in unit)}: {wall:.1f} s",
+                  file=sys.stderr, flush=True)
         start = time.perf_counter()
     finally:
         pool.close()
         pool.join()
     out["pool_shutdown_s"] = time.perf_counter() - start
-    out["searches_s"] = sum(s["wall_s"] for s in out["searches"])
+    out["searches_s"] = sum(u["wall_s"] for u in out["units"])
     out["total_s"] = out["pool_startup_s"] + out["searches_s"] + out["pool_shutdown_s"]
     out["n_trials"] = sum(s["n_trials"] for s in out["searches"])
     out["epochs"] = sum(t["epochs"] for s in out["searches"] for t in s["trials"])
@@ -463,11 +492,12 @@ def overhead_runs(args: argparse.Namespace, work: Path, data_root: Path,
 
     repeats = []
     for r in range(args.repeats):
-        ctsweep = run_ctsweep(new_root(work, f"ctsweep-{r}", data_root), pairs, p)
+        ctsweep = run_ctsweep(new_root(work, f"ctsweep-{r}", data_root), pairs, p, args.sequential)
         plain_root = new_root(work, f"plain-{r}", data_root)
-        jobs = [plan_replay(s, processed_dir(plain_root, s["dataset"]), p)
-                for s in ctsweep["searches"] if s["status"] == "ok"]
-        plain = run_plain(jobs, args.workers, args.device)
+        by_pair = {(s["dataset"], s["family"]): s for s in ctsweep["searches"] if s["status"] == "ok"}
+        units = [[plan_replay(by_pair[(d, f)], processed_dir(plain_root, d), p) for f in families if (d, f) in by_pair]
+                 for d, families in units_of(pairs, args.sequential)]
+        plain = run_plain([u for u in units if u], args.workers, args.device)
         repeats.append({"ctsweep": ctsweep, "plain": plain, **compare(ctsweep, plain)})
     return repeats
 
@@ -488,7 +518,7 @@ def throughput_runs(args: argparse.Namespace, work: Path, data_root: Path, pairs
             run = _median_run([r["ctsweep"] for r in repeats])
         else:
             run = run_ctsweep(new_root(work, f"throughput-{concurrent}-{gpu:g}", data_root), pairs,
-                              with_share(p, concurrent, gpu))
+                              with_share(p, concurrent, gpu), args.sequential)
         rows.append(throughput_row(label, run))
     return rows
 
@@ -536,6 +566,9 @@ def render(report: dict[str, Any]) -> str:
         f"resources cpu {p['resources']['cpu']:g}, device {report['settings']['device']}. "
         f"Dataset sizes: {w['sizes']}.", "",
         "## Overhead: ctsweep against a plain loop", "",
+        ("Driver: one `search` per (dataset, family), one after another (--sequential)."
+         if report["settings"].get("sequential") else
+         "Driver: one `search_many` per dataset, its families searched at once."), "",
         f"The same trials both ways, {report['settings']['workers']} at a time: ctsweep (Ray Tune + Optuna + "
         "MLflow, one Ray session per run) and a plain loop of `pipeline.train.Trainer` in a pool of "
         "spawned processes (1 torch thread each) replaying each trial's config and reported epochs "
@@ -559,15 +592,17 @@ def render(report: dict[str, Any]) -> str:
     same = [sum(x) for x in zip(*(r["same_best_val"] for r in report["overhead"]))]
     lines += [f"Replay check: {same[0]} of {same[1]} finished trials scored the same best validation metric "
               f"in both paths; trials whose replay trained other epochs: {len(mism)}"
-              + (": " + "; ".join(mism[:10]) if mism else ""), "", "Per search (first repeat):", "",
-              "| dataset | family | trials | epochs | ctsweep (s) | plain (s) | ratio |",
-              "|---|---|---:|---|---:|---:|---:|"]
+              + (": " + "; ".join(mism[:10]) if mism else ""), "",
+              "Per driver call (first repeat): one per dataset holding every family, or with --sequential one "
+              "per (dataset, family):", "",
+              "| dataset | families | trials | ctsweep (s) | plain (s) | ratio |",
+              "|---|---|---:|---:|---:|---:|"]
     first = report["overhead"][0]
-    plain_by = {(x["dataset"], x["family"]): x for x in first["plain"]["searches"]}
-    for c in first["ctsweep"]["searches"]:
-        pl = plain_by.get((c["dataset"], c["family"]))
+    plain_by = {(u["dataset"], tuple(u["families"])): u for u in first["plain"]["units"]}
+    for c in first["ctsweep"]["units"]:
+        pl = plain_by.get((c["dataset"], tuple(c["families"])))
         ratio = f"{c['wall_s'] / pl['wall_s']:.2f}" if pl else f"– ({c.get('error', '')[:60]})"
-        lines.append(f"| {c['dataset']} | {c['family']} | {c['n_trials']} | {[t['epochs'] for t in c['trials']]} | "
+        lines.append(f"| {c['dataset']} | {', '.join(c['families'])} | {c.get('n_trials', 0)} | "
                      f"{_s(c['wall_s'])} | {_s(pl['wall_s']) if pl else '–'} | {ratio} |")
     lines += ["", "## Throughput of the ctsweep path", "",
               "Searches only (Ray start-up left out; listed apart). Concurrency changes what ASHA sees "
@@ -622,6 +657,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report = {
         "machine": machine(args.device, max(1, int(p.resources.cpu))),
         "settings": {"quick": args.quick, "device": args.device, "workers": args.workers,
+                     "sequential": args.sequential,
                      "repeats": args.repeats, "throughput_workers": args.throughput_workers,
                      "trials_per_gpu": args.trials_per_gpu, "work": str(work) if args.keep else None,
                      "command": "python -m benchmarks.cluster " + " ".join(sys.argv[1:] if argv is None else argv)},

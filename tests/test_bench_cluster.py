@@ -34,6 +34,12 @@ def test_asha_stop_points_follow_rays_rungs() -> None:
     assert cluster.asha_stop_points(three) == {1, 3, 9, 10}
 
 
+def test_units_group_a_dataset_s_families_unless_sequential() -> None:
+    pairs = [("a", "x"), ("a", "y"), ("b", "x")]
+    assert cluster.units_of(pairs, sequential=False) == [("a", ["x", "y"]), ("b", ["x"])]  # one Tune run each
+    assert cluster.units_of(pairs, sequential=True) == [("a", ["x"]), ("a", ["y"]), ("b", ["x"])]
+
+
 def _search(epochs_status: list[tuple[int, str]]) -> dict:
     trials = [{"config": {"lr": 0.01, "batch_size": 32, "i": i}, "epochs": e, "status": s, "best_val": 0.5}
               for i, (e, s) in enumerate(epochs_status)]

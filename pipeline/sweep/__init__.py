@@ -1,7 +1,12 @@
 """How a sweep runs: the `search` stage, from its driver to each trial and what is learned after.
 
-    search        the stage's driver: one Ray Tune run per (dataset, family), resumed after a
-                  restart, its record written to results/<dataset>/search/<family>.json
+    search        the stage's driver: one Ray Tune run per dataset searching its families at
+                  once, resumed after a restart, a record per family written to
+                  results/<dataset>/search/<family>.json
+    families      a searcher holding one Optuna study per family and a scheduler holding one
+                  ASHA per family, so the families share the trial slots and nothing else
+    records       what a search's trials came to: per-trial records, their MLflow runs closed
+                  with Tune's outcome, the family's record (best configuration or reasons)
     trial         one Tune trial: train, log to MLflow, report and checkpoint every epoch
     context       what a trial process needs (TrialContext, the dataset as its node sees it),
                   shared by trial and distributed so that neither imports the other's module
@@ -13,13 +18,14 @@
     sensitivity   each search's Optuna study, persisted; fANOVA hyperparameter importances
     run_lookup    finding MLflow runs again after a restart (a trial's run, an unfinished parent)
 
-The flow: `ctsweep search` calls search.search, which connects through cluster, opens (or
-finds again, through run_lookup) the search's MLflow parent run and starts a Tuner whose
-trainable is trial.run_trial with a context.TrialContext. scheduling's searcher proposes each
-configuration and its ASHA scheduler stops weak trials early; a trial asking for several
-workers hands its training to distributed.run_data_parallel. When the Tuner ends, search
-records every trial and copies the study to the project's Optuna storage, and sensitivity
-computes the importances written into the record.
+The flow: `ctsweep search` calls search.search_many, which connects through cluster, opens (or
+finds again, through run_lookup) each family's MLflow parent run and starts one Tuner whose
+trainable is trial.run_family_trial: the trial's family (a config key) picks its
+context.TrialContext and trial.run_trial trains it. families' searcher asks each family's
+scheduling searcher in turn for a configuration, each family's ASHA stops its weak trials
+early; a trial asking for several workers hands its training to distributed.run_data_parallel.
+When the Tuner ends, records turns each family's trials into its record, search copies each
+study to the project's Optuna storage, and sensitivity computes the importances.
 
 Import-free on purpose: importing pipeline.sweep loads no Ray, Optuna or MLflow; import the
 module you need (`from pipeline.sweep.search import search`). Within this package the modules
