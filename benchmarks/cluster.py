@@ -280,6 +280,7 @@ class TrialJob:
     time_limit_s: float | None
     recorded_status: str
     threads: int = 1  # torch threads: the integer part of the trial's `cpu`, as run_trial sets them
+    max_epochs: int | None = None  # the search's `epochs`: the trial's budget, which schedules may use
 
 
 def asha_stop_points(p: SearchParams) -> set[int]:
@@ -308,7 +309,7 @@ def plan_replay(search: dict[str, Any], dataset_dir: Path, p: SearchParams) -> l
         cut = not failed and bool(p.trial_time_limit_s) and epochs not in stops
         jobs.append(TrialJob(search["dataset"], search["family"], str(dataset_dir), dict(t["config"]),
                              epochs + 1 if failed else epochs, cut, p.trial_seed, p.trial_time_limit_s,
-                             t["status"], max(1, int(res.cpu))))
+                             t["status"], max(1, int(res.cpu)), p.epochs))
     return jobs
 
 
@@ -362,8 +363,10 @@ def replay_trial(job: TrialJob) -> dict[str, Any]:
     status, error, trainer, scores = "ok", None, None, []
     train_cfg, model_cfg = split_config(job.config)
     try:
+        # max_epochs: the trial's budget (run_trial passes the search's `epochs`): a schedule set as a
+        # fraction of the run (`lr_step_fraction`, CDR-NDE's) steps where the search's trial stepped
         trainer = Trainer(job.family, model_cfg, TrainSettings(**train_cfg), load_dataset(Path(job.dataset_dir)),
-                          job.seed, _DEVICE)
+                          job.seed, _DEVICE, job.max_epochs)
         deadline = time.monotonic() + job.time_limit_s if job.time_limit_s else None  # run_trial's clock
         while trainer.epoch < job.epochs:
             scores.append(trainer.run_epoch(deadline)["val_metric"])

@@ -82,6 +82,15 @@ def test_replay_trial_trains_the_reported_epochs(xor_dir: Path) -> None:
     assert out["seconds"] > 0 and 0 <= out["best_val"] <= 1  # accuracy of the better epoch
 
 
+def test_replay_trial_gives_the_trainer_the_search_budget(xor_dir: Path) -> None:
+    # CDR-NDE's protocol steps its learning rate at a fraction of the run (Sec. 5): the replay
+    # must hand the Trainer the search's `epochs`, as run_trial does, or it cannot start.
+    assert "lr_step_fraction" in _reference("cdr_nde")
+    job = _job(xor_dir, "cdr_nde", epochs=1)
+    out = cluster.replay_trial(cluster.TrialJob(**{**job.__dict__, "max_epochs": 4}))
+    assert (out["status"], out["epochs"]) == ("ok", 1), out["error"]
+
+
 def test_replay_trial_stops_at_the_time_limit(xor_dir: Path) -> None:
     # A cut trial: its reported epoch, then on into the next until the limit (here at once).
     out = cluster.replay_trial(_job(xor_dir, "cfc", epochs=0, past_limit=True, limit=1e-6))

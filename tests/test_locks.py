@@ -50,3 +50,22 @@ def test_the_lock_is_reentrant_across_sequential_runs(tmp_path: Path) -> None:
         with stage_lock(tmp_path, "final", "xor", "cfc"):
             assert (tmp_path / ".ctsweep" / "locks" / "final-xor-cfc.lock").read_text().strip() == str(os.getpid())
     assert (tmp_path / ".ctsweep" / "locks" / "final-xor-cfc.lock").read_text() == ""
+
+
+def test_a_sweep_over_several_families_is_refused_when_one_of_them_is_running(tmp_path: Path) -> None:
+    from pipeline.config import FinalParams
+    from pipeline.final import final_many
+    from pipeline.sweep.search import search_many
+
+    holder = _holder(tmp_path)
+    try:  # two sweeps of one project at once: the second stops before Ray, naming the running search
+        with pytest.raises(BusyError, match=rf"`ctsweep search xor cfc` is already running \(pid {holder.pid},"):
+            search_many(tmp_path, "xor", ["ncde", "cfc", "ode_rnn"], SearchParams())
+        with stage_lock(tmp_path, "search", "xor", "ncde"):  # the locks it took before the refusal were let go
+            pass
+        with stage_lock(tmp_path, "final", "xor", "cfc"):
+            with pytest.raises(BusyError, match=r"`ctsweep final xor cfc` is already running"):
+                final_many(tmp_path, "xor", ["ncde", "cfc"], FinalParams())
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
