@@ -192,3 +192,42 @@ def test_an_interrupted_final_stage_keeps_the_old_result_and_resumes_its_finishe
     [parent] = [r for r in runs if tracking.PARENT_TAG not in r.data.tags]
     assert parent.info.status == "FINISHED" and parent.data.tags[FINAL_COMPLETE] == "true"
     assert record["model_uri"]  # the best seed's model was logged, from kept weights or fresh ones
+
+
+def test_an_interrupted_sweep_of_two_families_resumes_both_in_one_tune_run(root: Path) -> None:
+    # `ctsweep search xor` (no family: what `dvc repro` runs) searches both families in one Ray
+    # Tune run; interrupted while both have trials, the rerun resumes that run with both studies.
+    raw = json.loads(json.dumps(default_params()))
+    raw.update(datasets=["xor"], families=["cfc", "ode_rnn"],
+               prepare={"xor": {"kind": "xor", "n_train": 1600, "n_test": 50}})
+    raw["search"] = {"num_samples": TRIALS, "max_concurrent": 1, "epochs": EPOCHS, "n_startup_trials": 1,
+                     "asha": {"grace_period": EPOCHS}}
+    write_params(root, raw)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    command = ["ctsweep", "search", "xor", "--root", str(root)]
+
+    def both_training(runs: list):
+        families = {r.data.tags["family"] for r in _children(runs) if _epochs(r) >= 1}
+        return runs if families == {"cfc", "ode_rnn"} else None
+
+    driver = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              start_new_session=True)
+    watch(lambda: _runs(root), both_training, lambda _: os.kill(driver.pid, signal.SIGTERM),
+          timeout_s=300).join(timeout=320)
+    _, err = driver.communicate(timeout=300)
+    assert driver.returncode == 128 + signal.SIGTERM, err[-3000:]
+    parents = {r.data.tags["family"]: r for r in _runs(root) if tracking.PARENT_TAG not in r.data.tags}
+    assert {f: p.info.status for f, p in parents.items()} == {"cfc": "KILLED", "ode_rnn": "KILLED"}
+    path = {p.data.tags["ray_experiment_path"] for p in parents.values()}
+    assert len(path) == 1  # one Tune run held both
+
+    again = subprocess.run(command, env=env, text=True, capture_output=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("(resumed)") == 2, again.stdout
+    for family, parent in parents.items():
+        record = json.loads(search_result_path(root, "xor", family).read_text())
+        assert record["resumed"] and record["n_trials"] == TRIALS and record["ray_experiment_path"] in path
+        assert record["mlflow_parent_run_id"] == parent.info.run_id  # the same parent, reopened
+        assert sum(record["optuna_states"].values()) == TRIALS and record["optuna_states"].get("RUNNING", 0) == 0
+    assert not [r for r in _runs(root) if r.info.status == "RUNNING"]
