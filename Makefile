@@ -101,3 +101,10 @@ bench-cluster: install
 .PHONY: bench-convergence
 bench-convergence: install
 	$(BIN)/python -m benchmarks.convergence $(BENCH_ARGS)
+
+# `make bench-fill`: how full a local Ray head declaring 32 CPUs stays when 12 synthetic searches
+# (trials that sleep instead of training) run one after another, and all at once through
+# search_many (benchmarks/fill.py; 14 to 19 minutes on 2 cores; BENCH_ARGS=--quick: a smoke run).
+.PHONY: bench-fill
+bench-fill: install
+	$(BIN)/python -m benchmarks.fill $(BENCH_ARGS)

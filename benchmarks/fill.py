@@ -1,0 +1,463 @@
+"""Cluster-fill benchmark: how much of a 32-slot Ray cluster the search driver keeps busy.
+
+    .venv/bin/python -m benchmarks.fill [--quick] [--out DIR] [--modes before,after] [--keep]
+
+A local Ray head declares 32 logical CPUs (trials ask `cpu: 1`: 32 trial slots) on whatever
+machine this runs on. Trials do not train: `synthetic_trial` does what `pipeline.sweep.trial.
+run_trial` does around training (opens its MLflow child run with `trial_run`, logs `val_metric`
+every epoch, `tune.report`s it with a small checkpoint) and sleeps for the epoch instead. The
+sweep goes through the real driver, two ways, with the same workload and seeds:
+
+- before: `search()` per family, one after another (what `dvc repro` ran before concurrent searches);
+- after:  one `search_many()` over every family (one Ray Tune run holding all the searches).
+
+Each trial writes its busy interval (entry and exit of the trial function, wall clock) to a
+file the driver reads afterwards. Fill = summed busy time / (slots x wall), wall from the first
+search call to the last return. Writes fill.md and fill.json to --out and prints the Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python benchmarks/fill.py` as well as `-m benchmarks.fill`
+    sys.path.insert(0, str(ROOT))
+
+# Light imports only: Ray workers import this module to unpickle `synthetic_trial`.
+from pipeline.config import AshaParams, Resources, SearchParams, XorParams  # noqa: E402
+
+DATASET = "xor_fill"
+WORKLOAD_FILE = "fill_workload.json"  # in the project root: the per-family sleep figures trials read
+BUSY_DIR = "busy"  # in the project root: one JSON file per trial attempt, its busy interval
+
+# Twelve real families (their own space files); the trial ignores the model.
+FAMILIES = ("cfc", "cde_fwp_delta", "cdr_nde", "ncde", "ode_rnn", "lstm_dt",
+            "gru_d", "ltc", "ct_rnn", "ode_lstm", "latent_ode", "nrde")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The synthetic sweep: its size, the driver's settings and the sleep distribution.
+
+    Per-epoch seconds: each family's median is drawn once from a lognormal (geometric mean
+    `epoch_s`, log-sd `family_sigma`, clipped to [epoch_min_s, epoch_max_s]); each trial scales
+    it by a lognormal factor (log-sd `trial_sigma`, e.g. a bigger hidden size) and each epoch by
+    another (log-sd `epoch_sigma`, noise). All seeded by `seed`, the family and the config.
+    """
+
+    families: tuple[str, ...] = FAMILIES
+    slots: int = 32
+    num_samples: int = 16
+    epochs: int = 8
+    grace_period: int = 2
+    reduction_factor: float = 3
+    # 4: 12 families x 4 = 48 live trials at most, enough for 32 slots, while each 16-trial TPE
+    # study still waits for results after its 3 random proposals (16 at once would be random search).
+    max_concurrent: int = 4
+    n_startup_trials: int = 3
+    # Shorter than most real epochs so that both modes fit in 14 to 19 minutes here (2 cores,
+    # mostly the before mode). Longer epochs stretch both; with today's driver they also raise the
+    # after mode's concurrency (benchmarks/README.md: what limits the fill).
+    epoch_s: float = 0.5
+    family_sigma: float = 0.7
+    epoch_min_s: float = 0.3
+    epoch_max_s: float = 3.0
+    trial_sigma: float = 0.3
+    epoch_sigma: float = 0.15
+    seed: int = 7
+
+    def params(self) -> SearchParams:
+        return SearchParams(num_samples=self.num_samples, max_concurrent=self.max_concurrent, epochs=self.epochs,
+                            n_startup_trials=self.n_startup_trials, trial_time_limit_s=3600.0,
+                            asha=AshaParams(grace_period=self.grace_period, reduction_factor=self.reduction_factor),
+                            resources=Resources(cpu=1), max_failures=0)
+
+    def medians(self) -> dict[str, float]:
+        """Each family's median seconds per epoch (seeded: the same in every mode)."""
+        rng = random.Random(self.seed)
+        return {f: round(min(self.epoch_max_s, max(self.epoch_min_s,
+                                                    rng.lognormvariate(math.log(self.epoch_s), self.family_sigma))), 3)
+                for f in self.families}
+
+
+# A smoke run for the test (not a measurement): 3 families x 4 trials on 4 slots, epochs of about 0.5 s.
+QUICK = Workload(families=FAMILIES[:3], slots=4, num_samples=4, epochs=3, grace_period=1, max_concurrent=2,
+                 n_startup_trials=1, epoch_s=0.5, epoch_min_s=0.3, epoch_max_s=1.0)
+
+# The modes: (driver, environment of the driver while it runs). "after-pending" is a diagnostic,
+# not run by default: Ray Tune lets a custom searcher's experiment start one trial at a time
+# (TUNE_MAX_PENDING_TRIALS_PG "auto" is 1 unless the searcher is a ConcurrencyLimiter), so each
+# new trial process waits for the previous one to be up; this mode lifts that to the slot count.
+MODES = {"before": ("sequential", {}), "after": ("many", {}),
+         "after-pending": ("many", {"TUNE_MAX_PENDING_TRIALS_PG": "slots"})}
+
+
+# ------------------------------------------------------------------------------ the trial
+
+
+def _rng(seed: int, family: str, config: dict[str, Any]) -> random.Random:
+    """A trial's own random stream: the same config of the same family draws the same sleeps
+    and scores in either mode, whatever Ray calls the trial."""
+    key = json.dumps([seed, family, config], sort_keys=True, default=str)
+    return random.Random(int(hashlib.sha256(key.encode()).hexdigest()[:16], 16))
+
+
+def score(config: dict[str, Any], epoch: int, best_lr: float, noise: float) -> float:
+    """A learning curve: best near `best_lr` (log scale), rising with epochs; mode max (accuracy)."""
+    lr = float(config.get("lr", 1e-3))
+    closeness = math.exp(-((math.log10(lr) - math.log10(best_lr)) ** 2) / (2 * 0.5 ** 2))
+    return min(1.0, max(0.0, 0.5 + 0.45 * closeness * (1 - math.exp(-epoch / 3)) + noise))
+
+
+def synthetic_trial(config: dict[str, Any], ctx: Any, data: Any) -> None:
+    """A search trial without training (the `trial_fn` of `search`/`search_many`): its MLflow run,
+    then per epoch a sleep, the metric logged, a report with a checkpoint; its busy interval
+    goes to <root>/busy/ as it exits, however it exits (ASHA's stop ends it inside the report)."""
+    from ray import tune
+
+    from pipeline import tracking
+    from pipeline.sweep.trial import trial_run
+
+    start = time.time()
+    root = Path(ctx.dataset_dir).parents[2]  # <root>/data/processed/<dataset>
+    workload = json.loads((root / WORKLOAD_FILE).read_text())
+    rng = _rng(workload["seed"], ctx.family, config)
+    median = workload["medians"][ctx.family] * rng.lognormvariate(0, workload["trial_sigma"])
+    trial_id = tune.get_context().get_trial_id()
+    slept = reporting = tracked = 0.0
+    epoch = 0
+    try:
+        client = tracking.MlflowClient(ctx.tracking_uri)
+        run_id = trial_run(client, ctx, trial_id, config)
+        tracked = time.time() - start
+        for epoch in range(1, ctx.epochs + 1):
+            seconds = median * rng.lognormvariate(0, workload["epoch_sigma"])
+            time.sleep(seconds)
+            slept += seconds
+            value = score(config, epoch, workload["best_lr"][ctx.family], rng.gauss(0, 0.02))
+            before = time.time()
+            tracking.log_metrics(client, run_id, {"val_metric": value, "epoch_s": seconds}, step=epoch)
+            tracked += time.time() - before
+            before = time.time()
+            try:  # blocks until the driver asks for the next epoch (or stops the trial: SystemExit)
+                with tempfile.TemporaryDirectory() as folder:
+                    Path(folder, "state.json").write_text(json.dumps({"epoch": epoch}))
+                    tune.report({"epoch": epoch, "val_metric": value, "mlflow_run_id": run_id},
+                                checkpoint=tune.Checkpoint.from_directory(folder))
+            finally:
+                reporting += time.time() - before
+    finally:
+        record = {"trial_id": trial_id, "family": ctx.family, "pid": os.getpid(), "start": start, "end": time.time(),
+                  "epochs": epoch, "slept_s": slept, "report_s": reporting, "mlflow_s": tracked}
+        out = root / BUSY_DIR / f"{trial_id}-{os.getpid()}-{int(start * 1e6)}.json"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps(record))
+
+
+# ---------------------------------------------------------------------------- the driver
+
+
+def new_project(work: Path, label: str, workload: Workload) -> Path:
+    """A project root: the repository's search spaces and params.yaml, a tiny XOR dataset and
+    the workload file the trials read."""
+    from pipeline.data.contract import save_dataset
+    from pipeline.data.xor import build
+    from pipeline.paths import processed_dir
+
+    root = (work / label).resolve()
+    shutil.copytree(ROOT / "search_spaces", root / "search_spaces")
+    shutil.copy(ROOT / "params.yaml", root / "params.yaml")
+    save_dataset(processed_dir(root, DATASET), build(DATASET, XorParams(kind="xor", n_train=64, n_test=16, seed=5)))
+    best = random.Random(workload.seed + 1)
+    (root / WORKLOAD_FILE).write_text(json.dumps({
+        **asdict(workload), "medians": workload.medians(),
+        "best_lr": {f: 10 ** best.uniform(-3.5, -2) for f in workload.families}}))
+    return root
+
+
+def _ready() -> int:
+    time.sleep(0.5)  # long enough that every call needs its own worker
+    return os.getpid()
+
+
+@contextlib.contextmanager
+def local_ray(slots: int) -> Iterator[float]:
+    """A local Ray of this run's own declaring `slots` logical CPUs (benchmarks.cluster.ray_for_run's
+    options, whatever RAY_ADDRESS says: the point is a 32-slot head on this machine); yields its
+    start-up seconds. The driver's ray_session finds it initialised and uses it.
+
+    Start-up lasts until `slots` worker processes answer: Ray starts one per logical CPU when the
+    driver connects, and on a small machine their start would otherwise load the first searches."""
+    import ray
+
+    start = time.perf_counter()
+    ray.init(address="local", num_cpus=slots, include_dashboard=False,
+             log_to_driver=bool(os.environ.get("CTSWEEP_RAY_LOGS")), configure_logging=False)
+    try:
+        ready = ray.remote(num_cpus=1)(_ready)
+        ray.get([ready.remote() for _ in range(slots)])
+        yield time.perf_counter() - start
+    finally:
+        ray.shutdown()
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration (the driver reads Tune's settings from it)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def local_tracking() -> Iterator[None]:
+    """MLflow to the project's own SQLite file, whatever MLFLOW_TRACKING_URI says."""
+    saved = os.environ.pop("MLFLOW_TRACKING_URI", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["MLFLOW_TRACKING_URI"] = saved
+
+
+def run_mode(work: Path, label: str, workload: Workload) -> dict[str, Any]:
+    """One mode (MODES) in its own project and Ray: every search through the real driver, timed."""
+    from pipeline import tracking
+    from pipeline.sweep.search import search, search_many
+
+    driver, env = MODES[label]
+    sequential = driver == "sequential"
+    env = {k: str(workload.slots) if v == "slots" else v for k, v in env.items()}
+    root = new_project(work, label, workload)
+    p = workload.params()
+    load_start = load_average()
+    with local_tracking(), local_ray(workload.slots) as ray_startup_s, environment(env):
+        tracking.experiment_id(root, DATASET)  # the store, created before the clock starts (as cluster.py)
+        calls = []
+        t0 = time.time()
+        if sequential:
+            records = {}
+            for family in workload.families:
+                begin = time.time()
+                records[family] = search(root, DATASET, family, p, trial_fn=synthetic_trial)
+                calls.append({"family": family, "start": begin - t0, "wall_s": time.time() - begin})
+        else:
+            records = search_many(root, DATASET, list(workload.families), p, trial_fn=synthetic_trial)
+        t1 = time.time()
+        workers = worker_processes_started()
+    busy = [json.loads(f.read_text()) for f in sorted((root / BUSY_DIR).glob("*.json"))]
+    out = {"mode": label, "sequential": sequential, "environment": env, "ray_startup_s": ray_startup_s, "calls": calls,
+           "worker_processes_started": workers,
+           "load_average": [load_start, load_average()], **summarise(busy, records, t0, t1, workload)}
+    print(f"  {label}: wall {out['wall_s']:.1f} s, fill {out['fill']:.3f}, {out['n_trials']} trials",
+          file=sys.stderr, flush=True)
+    return out
+
+
+def worker_processes_started() -> int | None:
+    """Python worker processes this Ray instance started (one log file each), the start-up's
+    `slots` included: far more than the trial processes means processes started and discarded."""
+    try:
+        import ray._private.worker as ray_worker  # no public handle on the session's log folder
+
+        return len(list(Path(ray_worker._global_node.get_logs_dir_path()).glob("python-core-worker-*.log")))
+    except Exception:  # a Ray without this layout: not worth failing the benchmark
+        return None
+
+
+def concurrency(intervals: list[tuple[float, float]]) -> list[tuple[float, int]]:
+    """(time, trials running from then on), at every start and end."""
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    running, steps = 0, []
+    for t, delta in events:
+        running += delta
+        steps.append((t, running))
+    return steps
+
+
+def family_switches(busy: list[dict[str, Any]]) -> int:
+    """How often the family changes from one trial start to the next: one search after another
+    gives (families - 1); one run holding every family, turn by turn, many more."""
+    order = [b["family"] for b in sorted(busy, key=lambda b: b["start"])]
+    return sum(a != b for a, b in zip(order, order[1:]))
+
+
+def families_at_once(busy: list[dict[str, Any]]) -> int:
+    """The most distinct families with a trial running at the same moment."""
+    best = 0
+    for t in sorted(b["start"] for b in busy):
+        best = max(best, len({b["family"] for b in busy if b["start"] <= t < b["end"]}))
+    return best
+
+
+def summarise(busy: list[dict[str, Any]], records: dict[str, dict[str, Any]], t0: float, t1: float,
+              workload: Workload) -> dict[str, Any]:
+    """Fill and what explains it, from the trials' busy intervals and the search records."""
+    wall = t1 - t0
+    spans = [(max(b["start"], t0), min(b["end"], t1)) for b in busy]
+    busy_s = sum(max(0.0, e - s) for s, e in spans)
+    steps = concurrency(spans)
+    full = next((t - t0 for t, n in steps if n >= workload.slots), None)
+    trials = [t for r in records.values() for t in r["trials"]]
+    by_pid: dict[int, list[dict[str, Any]]] = {}
+    for b in busy:
+        by_pid.setdefault(b["pid"], []).append(b)
+    gaps, firsts = [], []
+    for runs in by_pid.values():
+        runs.sort(key=lambda b: b["start"])
+        gaps += [nxt["start"] - prev["end"] for prev, nxt in zip(runs, runs[1:])]  # a reused process: next trial
+        firsts.append(runs[0]["start"] - t0)
+    firsts.sort()
+    spacing = [b - a for a, b in zip(firsts, firsts[1:])]
+    step = max(1.0, wall / 60)
+    return {
+        "wall_s": wall, "busy_s": busy_s, "fill": busy_s / (workload.slots * wall),
+        "sleep_s": sum(b["slept_s"] for b in busy), "report_s": sum(b["report_s"] for b in busy),
+        "mlflow_s": sum(b["mlflow_s"] for b in busy),
+        "work_fill": sum(b["slept_s"] for b in busy) / (workload.slots * wall),
+        "n_trials": len(trials), "expected_trials": len(workload.families) * workload.num_samples,
+        "n_busy_records": len(busy), "n_failed": sum(t["status"] == "error" for t in trials),
+        "asha_stopped": sum(t["status"] == "ok" and t["epochs"] < workload.epochs for t in trials),
+        "epochs": sum(t["epochs"] for t in trials),
+        "families_ok": sum(r["status"] == "ok" for r in records.values()),
+        "first_trial_s": min(b["start"] for b in busy) - t0, "all_slots_busy_s": full,
+        "after_last_trial_s": t1 - max(e for _, e in spans), "peak_running": max(n for _, n in steps),
+        "families_at_once": families_at_once(busy), "family_switches": family_switches(busy),
+        "trial_processes": len(by_pid),
+        "reuse_gap_median_s": statistics.median(gaps) if gaps else None,
+        # When each trial process ran its first trial: how the slots came into use.
+        "process_first_trial_s": [round(t, 2) for t in firsts],
+        "new_process_spacing_median_s": statistics.median(spacing) if spacing else None,
+        "timeline_step_s": step,  # trials running at t0, t0 + step, ...
+        "timeline": [sum(s <= t0 + i * step < e for s, e in spans) for i in range(int(wall / step) + 1)],
+    }
+
+
+# ---------------------------------------------------------------------------------- report
+
+
+def load_average() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def machine() -> dict[str, Any]:
+    """benchmarks.cluster.machine's description (CPU, cores, memory, versions, commit)."""
+    from benchmarks.cluster import machine as describe
+
+    return describe("cpu", 1)
+
+
+def _s(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def render(report: dict[str, Any]) -> str:
+    """The report as Markdown (benchmarks/results/fill.md)."""
+    m, w = report["machine"], report["workload"]
+    lines = [
+        "# Cluster fill: busy trial slots, one search after another against all at once", "",
+        *(["**QUICK SMOKE RUN: not a measurement.**", ""] if report["quick"] else []),
+        f"{m['date']} · {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB · Ray {m['ray']} · Optuna "
+        f"{m['optuna']} · MLflow {m['mlflow']} (SQLite) · Python {m['python']} · commit {m.get('git_commit')} · "
+        f"total {report['total_seconds']:.0f} s · load average (1 min) at start, end: {m['load_average']}", "",
+        f"A local Ray head declaring {w['slots']} logical CPUs (trials ask cpu 1: {w['slots']} slots). "
+        f"{len(w['families'])} families x {w['num_samples']} trials, epochs {w['epochs']} (ASHA grace "
+        f"{w['grace_period']}, reduction {w['reduction_factor']:g}), max_concurrent {w['max_concurrent']} per "
+        f"family, n_startup_trials {w['n_startup_trials']}. Trials sleep instead of training: per-epoch "
+        f"median per family {w['medians']} s (lognormal around {w['epoch_s']} s, log-sd {w['family_sigma']}, "
+        f"clipped to [{w['epoch_min_s']}, {w['epoch_max_s']}]), times a per-trial lognormal factor (log-sd "
+        f"{w['trial_sigma']}) and a per-epoch one (log-sd {w['epoch_sigma']}).", "",
+        "Fill = busy trial time / (slots x wall); busy = trial function entry to exit; wall = first search "
+        "call to last return (Ray start-up excluded).", "",
+        "| mode | driver | wall (s) | busy (s) | fill | trials | stopped by ASHA | failed | epochs "
+        "| load avg start, end |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in report["modes"]:
+        driver = "`search()` per family, in turn" if r["sequential"] else "one `search_many()`"
+        driver += "".join(f", {k}={v}" for k, v in r.get("environment", {}).items())
+        lines.append(f"| {r['mode']} | {driver} | {r['wall_s']:.1f} | {r['busy_s']:.0f} | **{r['fill']:.3f}** | "
+                     f"{r['n_trials']}/{r['expected_trials']} | {r['asha_stopped']} | {r['n_failed']} | "
+                     f"{r['epochs']} | {r['load_average'][0]}, {r['load_average'][1]} |")
+    lines += [
+        "", "What the busy time was, and how the slots came into use. Work fill counts the sleeps only (the "
+        "'training'); report wait is time blocked in `tune.report` until the driver asks for the next epoch; "
+        "MLflow is the trial's own run creation and metric logging. Trial processes: distinct processes that "
+        "ran a trial (Tune reuses them); new process every: median spacing of their first trials; reuse gap: "
+        "median time between one trial's end and the next one's start in the same process; Ray worker processes "
+        f"started: by the Ray instance, {w['slots']} of them at its start-up.", "",
+        "| mode | work fill | sleep (s) | report wait (s) | MLflow (s) | first trial at (s) | all slots busy at (s) "
+        "| after last trial (s) | peak running | families at once | trial processes | Ray worker processes started "
+        "| new process every (s) | reuse gap (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["modes"]:
+        full = "never" if r["all_slots_busy_s"] is None else f"{r['all_slots_busy_s']:.1f}"
+        lines.append(f"| {r['mode']} | {r['work_fill']:.3f} | {r['sleep_s']:.0f} | {r['report_s']:.0f} | "
+                     f"{r['mlflow_s']:.0f} | {r['first_trial_s']:.1f} | {full} | {r['after_last_trial_s']:.1f} | "
+                     f"{r['peak_running']} | {r['families_at_once']} | {r['trial_processes']} | "
+                     f"{r.get('worker_processes_started')} | {_s(r['new_process_spacing_median_s'])} | "
+                     f"{_s(r['reuse_gap_median_s'], 2)} |")
+    lines += ["", f"Command: `{report['command']}`", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the modes (before, after by default); returns the report written to fill.json."""
+    ap = argparse.ArgumentParser(prog="benchmarks.fill", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smoke run: 3 families x 4 trials on 4 slots")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--modes", default="before,after",
+                    help=f"comma-separated, run in this order; of {', '.join(MODES)} (after-pending: a diagnostic)")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch folder (projects, MLflow, busy files)")
+    args = ap.parse_args(argv)
+    modes = [m for m in args.modes.replace(" ", "").split(",") if m]
+    if not modes or any(m not in MODES for m in modes):
+        ap.error(f"--modes {args.modes!r}: expected names of {', '.join(MODES)}")
+    workload = QUICK if args.quick else Workload()
+    start, load_start = time.perf_counter(), load_average()
+    work = Path(tempfile.mkdtemp(prefix="ctsweep-bench-fill-")).resolve()
+    try:
+        results = [run_mode(work, mode, workload) for mode in modes]
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    report = {"quick": args.quick, "machine": machine(),
+              "workload": {**asdict(workload), "medians": workload.medians()}, "search": workload.params().model_dump(),
+              "modes": results, "total_seconds": time.perf_counter() - start, "work": str(work) if args.keep else None,
+              "command": "python -m benchmarks.fill " + " ".join(sys.argv[1:] if argv is None else argv)}
+    # Other work on the machine slows the driver and the trials' start-up; the load average flags it.
+    report["machine"]["load_average"] = [load_start, load_average()]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "fill.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    markdown = render(report)
+    (args.out / "fill.md").write_text(markdown)
+    print(markdown)
+    return report
+
+
+if __name__ == "__main__":
+    main()
