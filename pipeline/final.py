@@ -18,7 +18,6 @@ report can say whether the ranking of the families survives a small change of le
 from __future__ import annotations
 
 import contextlib
-import json
 import statistics
 import sys
 from dataclasses import dataclass
@@ -153,7 +152,7 @@ def _plan(inputs: _Inputs, family: str, p: FinalParams, only_stale: bool) -> _Pl
     check_writable(out.parent)
     fp = final_resume.fingerprint(dataset, family, searched, p, inputs.dir)
     digest = staleness.inputs_digest(fp, staleness.code_digest(staleness.FINAL_CODE))
-    if only_stale and (current := _current(out, digest)) is not None:
+    if only_stale and (current := staleness.current_record(out, digest)) is not None:
         return {**current, "up_to_date": True}  # the flag is for the caller; the file is untouched
     _check_protocol(searched["best_config"], inputs.data.meta, p.epochs, dataset, family)
     client, exp_id = inputs.experiment
@@ -168,14 +167,6 @@ def _plan(inputs: _Inputs, family: str, p: FinalParams, only_stale: bool) -> _Pl
             for factor in (1.0, *p.lr_factors) for s in p.seeds]
     kept = final_resume.finished_seeds(client, exp_id, parent) if resumed else {}
     return _Plan(family, p, searched, parent, resumed, jobs, kept, digest)
-
-
-def _current(out: Path, digest: str) -> dict[str, Any] | None:
-    try:
-        record = json.loads(out.read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) and staleness.is_current(record, digest) else None
 
 
 def _run(inputs: _Inputs, plans: list[_Plan]) -> dict[str, dict[str, Any]]:

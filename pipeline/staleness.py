@@ -12,6 +12,7 @@ reruns nothing downstream of them.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -46,3 +47,13 @@ def inputs_digest(fingerprint: str, code: str) -> str:
 def is_current(record: dict[str, Any] | None, digest: str) -> bool:
     """True when `record` (a result file's content, or None) was computed from these inputs."""
     return bool(record) and record.get(DIGEST_KEY) == digest
+
+
+def current_record(path: Path, digest: str) -> dict[str, Any] | None:
+    """The result file at `path` when it was computed from these inputs, else None (missing,
+    unreadable or stale)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and is_current(record, digest) else None

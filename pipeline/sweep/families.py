@@ -23,7 +23,7 @@ import pickle
 from collections.abc import Mapping
 from typing import Any
 
-from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import Searcher
 
 from pipeline.sweep.scheduling import BudgetAwareOptunaSearch, ResumableASHA
@@ -165,4 +165,4 @@ class FamilyScheduler(FIFOScheduler):
         return "; ".join(f"{f}: {s.debug_string()}" for f, s in self._schedulers.items())
 
 
-__all__ = ["FAMILY_KEY", "FamilySearcher", "FamilyScheduler", "TrialScheduler", "family_of", "without_family"]
+__all__ = ["FAMILY_KEY", "FamilySearcher", "FamilyScheduler", "family_of", "without_family"]

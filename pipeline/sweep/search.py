@@ -239,15 +239,6 @@ def _plan(root: Path, dataset: str, family: str, p: SearchParams, meta: Any, dat
                       staleness.inputs_digest(fp, staleness.code_digest(staleness.SEARCH_CODE)))
 
 
-def _current(plan: FamilyPlan) -> dict[str, Any] | None:
-    """The family's result when it is current, else None (missing, unreadable or stale)."""
-    try:
-        record = json.loads(plan.out.read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) and staleness.is_current(record, plan.digest) else None
-
-
 def _search(root: Path, dataset: str, families: list[str], p: SearchParams, fresh: bool, only_stale: bool,
             trial_fn: TrialFn) -> dict[str, dict[str, Any]]:
     data_dir = require(processed_dir(root, dataset), f"ctsweep prepare {dataset}")
@@ -259,7 +250,7 @@ def _search(root: Path, dataset: str, families: list[str], p: SearchParams, fres
     if not is_uri(storage):
         check_writable(Path(storage))
     done = {plan.family: {**record, "up_to_date": True}  # the flag is for the caller; the file is untouched
-            for plan in plans if only_stale and (record := _current(plan)) is not None}
+            for plan in plans if only_stale and (record := staleness.current_record(plan.out, plan.digest)) is not None}
     todo = [plan for plan in plans if plan.family not in done]
     if not todo:
         return done
