@@ -197,17 +197,18 @@ def _ready() -> int:
 
 
 @contextlib.contextmanager
-def local_ray(slots: int) -> Iterator[float]:
+def local_ray(slots: int, gpus: int = 0) -> Iterator[float]:
     """A local Ray of this run's own declaring `slots` logical CPUs (benchmarks.cluster.ray_for_run's
     options, whatever RAY_ADDRESS says: the point is a 32-slot head on this machine); yields its
     start-up seconds. The driver's ray_session finds it initialised and uses it.
 
     Start-up lasts until `slots` worker processes answer: Ray starts one per logical CPU when the
-    driver connects, and on a small machine their start would otherwise load the first searches."""
+    driver connects, and on a small machine their start would otherwise load the first searches.
+    `gpus`: GPUs it declares (benchmarks.gpu), physical or, without a CUDA device, logical."""
     import ray
 
     start = time.perf_counter()
-    ray.init(address="local", num_cpus=slots, include_dashboard=False,
+    ray.init(address="local", num_cpus=slots, num_gpus=gpus, include_dashboard=False,
              log_to_driver=bool(os.environ.get("CTSWEEP_RAY_LOGS")), configure_logging=False)
     try:
         ready = ray.remote(num_cpus=1)(_ready)

@@ -186,8 +186,11 @@ def machine_info(device: str, threads: int) -> dict[str, Any]:
             "device": device}
     if device.startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    info["git_commit"] = commit.stdout.strip() or None
+    try:  # a copy of the tree without git (a lent GPU machine) has no commit to name
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        info["git_commit"] = commit.stdout.strip() or None
+    except OSError:
+        info["git_commit"] = None
     return info
 
 

@@ -7,18 +7,21 @@ families train at once too, and a rerun skips the families whose inputs did not 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+import ray
 from mlflow.tracking import MlflowClient
 from ray.tune.search import Searcher
 
 from pipeline import staleness, tracking
-from pipeline.config import FinalParams, SearchParams, XorParams
+from pipeline.config import FinalParams, Resources, SearchParams, XorParams
 from pipeline.data.contract import save_dataset
 from pipeline.data.xor import build as build_xor
 from pipeline.final import final_many
 from pipeline.paths import final_result_path, processed_dir, search_result_path
+from pipeline.sweep.cluster import PENDING_TRIALS_ENV, pending_trials, trial_slots
 from pipeline.sweep.families import FAMILY_KEY, FamilySearcher
 from pipeline.sweep.scheduling import make_searcher
 from pipeline.sweep.search import search_many
@@ -74,6 +77,34 @@ def test_save_and_restore_keep_every_study_and_the_live_trials(tmp_path: Path) -
     assert [t.value for t in restored.study_searcher("b")._ot_study.get_trials(deepcopy=False)
             if t.state.name == "COMPLETE"] == [0.3]
     assert restored.suggest("t3")[FAMILY_KEY] == "b" and restored.suggest("t4") == Searcher.FINISHED
+
+
+@pytest.mark.slow
+def test_trial_slots_count_what_the_cluster_runs_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    ray.init(address="local", num_cpus=6, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        assert trial_slots([Resources(cpu=1)]) == 6
+        assert trial_slots([Resources(cpu=1, gpu=0.25)]) == 6  # 8 GPU shares, but 6 CPUs
+        assert trial_slots([Resources(cpu=2, gpu=1)]) == 2
+        assert trial_slots([Resources(cpu=2, gpu=1), Resources(cpu=1)]) == 6  # the family that packs best
+        assert trial_slots([Resources(cpu=1, workers=3)]) == 2  # a data-parallel trial holds 3 CPUs
+        assert trial_slots([Resources(cpu=4, gpu=4)]) == 1  # never 0: check_fits refuses that one
+    finally:
+        ray.shutdown()
+
+
+def test_pending_trials_sets_tune_s_limit_for_the_run_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PENDING_TRIALS_ENV, raising=False)
+    with pending_trials(12):
+        assert os.environ[PENDING_TRIALS_ENV] == "12"
+    assert PENDING_TRIALS_ENV not in os.environ
+    with pending_trials(0):
+        assert os.environ[PENDING_TRIALS_ENV] == "1"
+    monkeypatch.setenv(PENDING_TRIALS_ENV, "5")  # the user's own setting wins, and stays
+    with pending_trials(12):
+        assert os.environ[PENDING_TRIALS_ENV] == "5"
+    assert os.environ[PENDING_TRIALS_ENV] == "5"
 
 
 def test_dvc_yaml_lists_the_code_the_staleness_digest_covers() -> None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import signatory
 import torch
 import torchcde
 
@@ -150,6 +149,10 @@ class LogSigInputs:
     @property
     def path_channels(self) -> int:
         """D = signatory.logsignature_channels(C + 1, depth)."""
+        # Imported here, not at the top: a process that builds no log-ODE model (a CfC trial, a
+        # GPU machine without signatory's build) must not need signatory to import the registry.
+        import signatory
+
         return signatory.logsignature_channels(self.input_channels + 1, self.logsig_depth)
 
     def _path(

@@ -115,6 +115,45 @@ def check_fits(resources: Resources, key: str, autoscaling: bool = False) -> Non
         f"Lower the request, add nodes, or set `search.autoscaling: true` if the cluster adds nodes on demand.")
 
 
+PENDING_TRIALS_ENV = "TUNE_MAX_PENDING_TRIALS_PG"
+
+
+def trial_slots(requests: list[Resources]) -> int:
+    """The most trials the connected cluster runs at once: that of the request that packs best.
+
+    A data-parallel trial (workers > 1) counts as its workers' bundles; at least 1.
+    """
+    nodes = alive_nodes()
+    best = 0
+    for res in requests:
+        room = sum(_fits(node, {"CPU": res.cpu, "GPU": res.gpu}) for node in nodes)
+        best = max(best, room // max(1, res.workers))
+    return max(1, best)
+
+
+@contextlib.contextmanager
+def pending_trials(limit: int) -> Iterator[None]:
+    """Let Tune start up to `limit` trials at once.
+
+    Tune allows ONE pending trial (placement group asked, trial not yet running) for any searcher
+    that is not a ConcurrencyLimiter (ray.tune.execution.tune_controller._get_max_pending_trials),
+    so an empty cluster fills one trial per scheduling round: at most 3 trials ran at once on a
+    32-slot cluster (benchmarks/README.md, cluster fill). Tune's documented knob is this
+    environment variable, read when the run starts. `TuneConfig(max_concurrent_trials)` is not
+    used: its ConcurrencyLimiter forgets its live trials on restore and then drops the results of
+    the trials a resumed run carries over, so their families would never see them end. A value
+    the user set is kept.
+    """
+    if PENDING_TRIALS_ENV in os.environ:
+        yield
+        return
+    os.environ[PENDING_TRIALS_ENV] = str(max(1, limit))
+    try:
+        yield
+    finally:
+        os.environ.pop(PENDING_TRIALS_ENV, None)
+
+
 def is_uri(location: str) -> bool:
     """s3://..., gs://..., file://...: a storage URI rather than a path."""
     return "://" in location

@@ -50,7 +50,7 @@ from pipeline.spaces import SearchSpace, check_for_dataset, load_space, space_pa
 from pipeline.storage import check_storage_path
 from pipeline.sweep import records as trial_outcome
 from pipeline.sweep import run_lookup, sensitivity
-from pipeline.sweep.cluster import check_fits, check_shared_storage, is_uri, ray_session
+from pipeline.sweep.cluster import check_fits, check_shared_storage, is_uri, pending_trials, ray_session, trial_slots
 from pipeline.sweep.context import TrialContext
 from pipeline.sweep.families import FamilyScheduler, FamilySearcher, family_of
 from pipeline.sweep.records import METRIC, failure_reasons, space_record
@@ -264,7 +264,8 @@ def _search(root: Path, dataset: str, families: list[str], p: SearchParams, fres
         client, exp_id = tracking.experiment_id(root, dataset)
         path, resumed = _open_parents(client, exp_id, dataset, todo, storage, fresh)
         try:
-            records = _run(root, dataset, p, meta, data_dir, data, client, exp_id, todo, path, resumed, trial_fn)
+            with pending_trials(_start_limit(p, todo)):
+                records = _run(root, dataset, p, meta, data_dir, data, client, exp_id, todo, path, resumed, trial_fn)
             for plan in todo:
                 write_json(plan.out, records[plan.family])
                 _log_outcome(client, plan.parent, records[plan.family])
@@ -282,6 +283,14 @@ def _search(root: Path, dataset: str, families: list[str], p: SearchParams, fres
         if records[plan.family]["status"] == "failed":
             _warn_failed(root, plan.out, records[plan.family])
     return {plan.family: done.get(plan.family) or records[plan.family] for plan in plans}
+
+
+def _start_limit(p: SearchParams, plans: list[FamilyPlan]) -> int:
+    """How many trials Tune may start at once: every family's live-trial cap together, but no
+    more than the cluster runs at once (the rest would only wait as placement groups); an
+    autoscaling cluster grows, so there only the caps count."""
+    caps = sum(min(p.max_concurrent, p.num_samples) for _ in plans)
+    return caps if p.autoscaling else min(caps, trial_slots([plan.res for plan in plans]))
 
 
 def _close_parent(client: tracking.MlflowClient, parent: str, record: dict[str, Any]) -> None:
