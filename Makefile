@@ -108,3 +108,10 @@ bench-convergence: install
 .PHONY: bench-fill
 bench-fill: install
 	$(BIN)/python -m benchmarks.fill $(BENCH_ARGS)
+
+# `make bench-gpu`: search trials per hour with 1, 2 and 4 trials per GPU, and the fill of one
+# GPU's 4 trial slots with the families searched one after another and at once (benchmarks/gpu.py;
+# needs data/processed/japanese_vowels; about 8 minutes on an H200; runs without CUDA as a smoke test).
+.PHONY: bench-gpu
+bench-gpu: install
+	$(BIN)/python -m benchmarks.gpu $(BENCH_ARGS)

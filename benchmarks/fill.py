@@ -100,12 +100,13 @@ class Workload:
 QUICK = Workload(families=FAMILIES[:3], slots=4, num_samples=4, epochs=3, grace_period=1, max_concurrent=2,
                  n_startup_trials=1, epoch_s=0.5, epoch_min_s=0.3, epoch_max_s=1.0)
 
-# The modes: (driver, environment of the driver while it runs). "after-pending" is a diagnostic,
-# not run by default: Ray Tune lets a custom searcher's experiment start one trial at a time
-# (TUNE_MAX_PENDING_TRIALS_PG "auto" is 1 unless the searcher is a ConcurrencyLimiter), so each
-# new trial process waits for the previous one to be up; this mode lifts that to the slot count.
-MODES = {"before": ("sequential", {}), "after": ("many", {}),
-         "after-pending": ("many", {"TUNE_MAX_PENDING_TRIALS_PG": "slots"})}
+# The modes: (driver, environment of the driver while it runs). The driver now sets Tune's
+# pending-trial limit itself (pipeline.sweep.cluster.pending_trials); before that, Tune kept one
+# trial pending at a time for a custom searcher, which TUNE_MAX_PENDING_TRIALS_PG=1 restores.
+# "before" is the driver as it was before concurrent searches: one search after another, one
+# pending trial. The other two are diagnostics, each with one of the two changes.
+MODES = {"before": ("sequential", {"TUNE_MAX_PENDING_TRIALS_PG": "1"}), "after": ("many", {}),
+         "sequential": ("sequential", {}), "after-one-pending": ("many", {"TUNE_MAX_PENDING_TRIALS_PG": "1"})}
 
 
 # ------------------------------------------------------------------------------ the trial
@@ -333,6 +334,7 @@ def summarise(busy: list[dict[str, Any]], records: dict[str, dict[str, Any]], t0
         firsts.append(runs[0]["start"] - t0)
     firsts.sort()
     spacing = [b - a for a, b in zip(firsts, firsts[1:])]
+    lost = idle_slot_time(by_pid, t0, t1, workload.slots)
     step = max(1.0, wall / 60)
     return {
         "wall_s": wall, "busy_s": busy_s, "fill": busy_s / (workload.slots * wall),
@@ -352,9 +354,26 @@ def summarise(busy: list[dict[str, Any]], records: dict[str, dict[str, Any]], t0
         # When each trial process ran its first trial: how the slots came into use.
         "process_first_trial_s": [round(t, 2) for t in firsts],
         "new_process_spacing_median_s": statistics.median(spacing) if spacing else None,
+        "idle_slot_s": lost,  # where the slots' idle time went (idle_slot_time)
         "timeline_step_s": step,  # trials running at t0, t0 + step, ...
         "timeline": [sum(s <= t0 + i * step < e for s, e in spans) for i in range(int(wall / step) + 1)],
     }
+
+
+def idle_slot_time(by_pid: dict[int, list[dict[str, Any]]], t0: float, t1: float, slots: int) -> dict[str, float]:
+    """Where the idle slot-seconds (slots x wall - busy) went, counted per trial process (one
+    per slot when Tune keeps its processes): `start_up` from the first search call to each
+    process's first trial (Ray's process start, the trial's imports, the driver's set-up),
+    `between` from a trial's end to the next one's start in the same process (Tune's scheduling),
+    `drain` from each process's last trial to the last return (the search running out of trials,
+    then writing its records), `unused` whole wall times of slots no process ever took."""
+    out = {"start_up": 0.0, "between": 0.0, "drain": 0.0, "unused": max(0, slots - len(by_pid)) * (t1 - t0)}
+    for runs in by_pid.values():
+        runs = sorted(runs, key=lambda b: b["start"])
+        out["start_up"] += max(0.0, runs[0]["start"] - t0)
+        out["between"] += sum(max(0.0, nxt["start"] - prev["end"]) for prev, nxt in zip(runs, runs[1:]))
+        out["drain"] += max(0.0, t1 - runs[-1]["end"])
+    return out
 
 
 # ---------------------------------------------------------------------------------- report
@@ -422,6 +441,15 @@ def render(report: dict[str, Any]) -> str:
                      f"{r['peak_running']} | {r['families_at_once']} | {r['trial_processes']} | "
                      f"{r.get('worker_processes_started')} | {_s(r['new_process_spacing_median_s'])} | "
                      f"{_s(r['reuse_gap_median_s'], 2)} |")
+    lines += ["", "Idle slot time (slots x wall - busy), counted per trial process: before each process's first "
+              "trial (start-up), between its trials, after its last trial (drain), and slots no process took.", "",
+              "| mode | idle (slot-s) | start-up | between trials | drain | unused slots |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for r in report["modes"]:
+        idle, parts = w["slots"] * r["wall_s"] - r["busy_s"], r.get("idle_slot_s") or {}
+        share = {k: f"{v:.0f} ({v / idle:.0%})" if idle > 0 else "–" for k, v in parts.items()}
+        lines.append(f"| {r['mode']} | {idle:.0f} | {share.get('start_up', '–')} | {share.get('between', '–')} | "
+                     f"{share.get('drain', '–')} | {share.get('unused', '–')} |")
     lines += ["", f"Command: `{report['command']}`", ""]
     return "\n".join(lines)
 
@@ -432,7 +460,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--quick", action="store_true", help="smoke run: 3 families x 4 trials on 4 slots")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--modes", default="before,after",
-                    help=f"comma-separated, run in this order; of {', '.join(MODES)} (after-pending: a diagnostic)")
+                    help=f"comma-separated, run in this order; of {', '.join(MODES)}")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (projects, MLflow, busy files)")
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.replace(" ", "").split(",") if m]

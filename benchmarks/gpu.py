@@ -213,7 +213,7 @@ def render(report: dict[str, Any]) -> str:
     errors = sorted({e for r in report["modes"] for e in r["errors"]})
     if errors:
         lines += ["", "Trial errors: " + "; ".join(errors[:5])]
-    lines += ["", f"Command: `{report['command']}`", ""]
+    lines += ["", f"Command: `{report['command']}`", *(["", report["note"]] if report.get("note") else []), ""]
     return "\n".join(lines)
 
 
@@ -229,6 +229,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--fill-families", default=None, help="comma-separated; 'none' skips the fill modes")
     ap.add_argument("--fill-trials", type=int, default=None)
     ap.add_argument("--gpus", type=int, default=1, help="GPUs the local Ray declares")
+    ap.add_argument("--modes", default=None, help="comma-separated subset of pack<k>, fill-before, fill-after")
     args = ap.parse_args(argv)
     base = QUICK if args.quick else Settings()
     change: dict[str, Any] = {"gpus": args.gpus}
@@ -251,6 +252,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if s.fill_families:
         plan += [(mode, list(s.fill_families), s.fill_params(), mode == "fill-before", s.fill_slots)
                  for mode in ("fill-before", "fill-after")]
+    if args.modes:
+        wanted = args.modes.split(",")
+        unknown = sorted(set(wanted) - {m[0] for m in plan})
+        if unknown:
+            ap.error(f"--modes {args.modes!r}: {unknown} not among {[m[0] for m in plan]}")
+        plan = [m for m in plan if m[0] in wanted]
     try:
         for label, families, p, sequential, slots in plan:
             report["modes"].append(run_mode(work, label, args.data, s, families, p, sequential, slots))

@@ -49,6 +49,12 @@ def test_summary_fill_is_busy_over_slots_times_wall() -> None:
     assert out["trial_processes"] == 2 and out["reuse_gap_median_s"] == pytest.approx(0.25)  # 0.5 and 0
     assert out["all_slots_busy_s"] == 1 and out["peak_running"] == 2 and out["after_last_trial_s"] == 0
     assert out["timeline"][0] == 1 and len(out["timeline"]) == 11  # 1 s steps over 10 s
+    # The idle slot time, 20 - 14.5: process 2 starts 1 s late, process 1 waits 0.5 s between its
+    # trials and has nothing to run for the last 4 s.
+    assert out["idle_slot_s"] == {"start_up": 1, "between": 0.5, "drain": 4, "unused": 0}
+    assert sum(out["idle_slot_s"].values()) == pytest.approx(2 * out["wall_s"] - out["busy_s"])
+    three = fill.idle_slot_time({1: [_busy("a", 12, 20)]}, t0=10, t1=20, slots=3)
+    assert three == {"start_up": 2, "between": 0, "drain": 0, "unused": 20}  # two slots never taken
 
 
 def test_render_lists_every_mode_with_its_fill() -> None:
@@ -64,7 +70,7 @@ def test_render_lists_every_mode_with_its_fill() -> None:
               "modes": modes, "total_seconds": 1.0, "command": "c"}
     text = fill.render(report)
     assert "QUICK SMOKE RUN" in text and "TUNE_MAX_PENDING_TRIALS_PG=2" in text
-    assert text.count(f"**{summary['fill']:.3f}**") == 2 and text.count("| before |") == 2  # both tables
+    assert text.count(f"**{summary['fill']:.3f}**") == 2 and text.count("| before |") == 3  # all three tables
 
 
 def test_workload_is_seeded_and_scores_follow_the_learning_rate() -> None:
@@ -105,9 +111,7 @@ def test_quick_run_through_the_real_driver(tmp_path: Path, monkeypatch: pytest.M
     assert before["families_at_once"] == 1 and before["family_switches"] == len(w.families) - 1
     # One search_many: the families take turns in one Tune run ...
     assert after["family_switches"] >= len(w.families)
-    # ... and whenever two trials ran at once, they could be of different families. Not asserted
-    # unconditionally: with today's driver Ray Tune starts one trial process at a time and hands a
-    # pending trial to a process freed meanwhile, so the quick mode's short trials all ran in one
-    # process in every run here, quiet machine included (benchmarks/README.md: what limits the fill).
-    if after["peak_running"] >= 2:
-        assert after["families_at_once"] >= 2
+    # ... and trials of different families run at the same time (the driver lets Tune start as
+    # many trials at once as there are slots: pipeline.sweep.cluster.pending_trials).
+    assert after["peak_running"] >= 2 and after["families_at_once"] >= 2
+    assert before["environment"] == {"TUNE_MAX_PENDING_TRIALS_PG": "1"}  # the driver as it was
