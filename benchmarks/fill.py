@@ -40,6 +40,7 @@ if str(ROOT) not in sys.path:  # `python benchmarks/fill.py` as well as `-m benc
     sys.path.insert(0, str(ROOT))
 
 # Light imports only: Ray workers import this module to unpickle `synthetic_trial`.
+from benchmarks.cluster import local_tracking  # noqa: E402  (MLflow to the project's own SQLite file)
 from pipeline.config import AshaParams, Resources, SearchParams, XorParams  # noqa: E402
 
 DATASET = "xor_fill"
@@ -232,17 +233,6 @@ def environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-@contextlib.contextmanager
-def local_tracking() -> Iterator[None]:
-    """MLflow to the project's own SQLite file, whatever MLFLOW_TRACKING_URI says."""
-    saved = os.environ.pop("MLFLOW_TRACKING_URI", None)
-    try:
-        yield
-    finally:
-        if saved is not None:
-            os.environ["MLFLOW_TRACKING_URI"] = saved
 
 
 def run_mode(work: Path, label: str, workload: Workload) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -44,7 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.fill import concurrency, families_at_once, load_average, local_ray, local_tracking  # noqa: E402
+from benchmarks.cluster import local_tracking  # noqa: E402
+from benchmarks.fill import concurrency, families_at_once, load_average, local_ray  # noqa: E402
 from pipeline.config import AshaParams, Resources, SearchParams  # noqa: E402
 
 DATASET = "japanese_vowels"
@@ -133,8 +135,6 @@ def trial_spans(root: Path, records: dict[str, dict[str, Any]]) -> list[dict[str
 def run_mode(work: Path, label: str, data: Path, s: Settings, families: list[str], p: SearchParams,
              sequential: bool, slots: int) -> dict[str, Any]:
     """One search (or one per family) in its own project and Ray, timed from the first call to the last return."""
-    import os
-
     from pipeline import tracking
     from pipeline.sweep.search import search, search_many
 
