@@ -21,7 +21,7 @@ from pipeline.data.contract import save_dataset
 from pipeline.data.xor import build as build_xor
 from pipeline.final import final_many
 from pipeline.paths import final_result_path, processed_dir, search_result_path
-from pipeline.sweep.cluster import PENDING_TRIALS_ENV, pending_trials, trial_slots
+from pipeline.sweep.cluster import PENDING_TRIALS_ENV, SNAPSHOT_WARNING_ENV, pending_trials, trial_slots
 from pipeline.sweep.families import FAMILY_KEY, FamilySearcher
 from pipeline.sweep.scheduling import make_searcher
 from pipeline.sweep.search import search_many
@@ -96,15 +96,17 @@ def test_trial_slots_count_what_the_cluster_runs_at_once(monkeypatch: pytest.Mon
 
 def test_pending_trials_sets_tune_s_limit_for_the_run_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(PENDING_TRIALS_ENV, raising=False)
+    monkeypatch.delenv(SNAPSHOT_WARNING_ENV, raising=False)
     with pending_trials(12):
-        assert os.environ[PENDING_TRIALS_ENV] == "12"
-    assert PENDING_TRIALS_ENV not in os.environ
+        assert os.environ[PENDING_TRIALS_ENV] == "12" and os.environ[SNAPSHOT_WARNING_ENV] == "0"
+    assert PENDING_TRIALS_ENV not in os.environ and SNAPSHOT_WARNING_ENV not in os.environ
     with pending_trials(0):
         assert os.environ[PENDING_TRIALS_ENV] == "1"
-    monkeypatch.setenv(PENDING_TRIALS_ENV, "5")  # the user's own setting wins, and stays
+    monkeypatch.setenv(PENDING_TRIALS_ENV, "5")  # the user's own settings win, and stay
+    monkeypatch.setenv(SNAPSHOT_WARNING_ENV, "3")
     with pending_trials(12):
-        assert os.environ[PENDING_TRIALS_ENV] == "5"
-    assert os.environ[PENDING_TRIALS_ENV] == "5"
+        assert os.environ[PENDING_TRIALS_ENV] == "5" and os.environ[SNAPSHOT_WARNING_ENV] == "3"
+    assert os.environ[PENDING_TRIALS_ENV] == "5" and os.environ[SNAPSHOT_WARNING_ENV] == "3"
 
 
 def test_dvc_yaml_lists_the_code_the_staleness_digest_covers() -> None:
