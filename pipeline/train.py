@@ -10,6 +10,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 
+from pipeline.allocator import keep_freed_memory
 from pipeline.data.contract import Dataset, Meta
 from pipeline.data.inputs import load_inputs
 from pipeline.errors import ConfigError, TrialFailedError
@@ -78,6 +79,7 @@ class Trainer:
     def __init__(self, family: str, model_kwargs: dict[str, Any], settings: TrainSettings,
                  dataset: Dataset, seed: int, device: str = "cpu", epochs: int | None = None) -> None:
         """`epochs`: the run's budget, which a step schedule given as `lr_step_fraction` needs."""
+        keep_freed_memory()  # before the first tensor: pipeline/allocator.py
         torch.manual_seed(seed)
         self.meta, self.settings = dataset.meta, settings
         cls = get_model_class(family)

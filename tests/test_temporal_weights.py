@@ -367,11 +367,16 @@ def _assert_precomputation_changes_nothing(model: torch.nn.Module, inputs: dict,
     {"tw_layout": "algorithm1", "tw_scope": "row"},
     {"tw_coupling": "dense", "tw_scope": "block", "tw_block": 8},
 ])
-def test_ode_rnn_tw_weights_built_per_interval_equal_those_built_per_evaluation(options: dict) -> None:
-    # The stage precomputation (tw_stages.IntervalField) must be an implementation detail: the
-    # same outputs and gradients on a fixed batch as building W'(t) at every solver evaluation.
+@pytest.mark.parametrize("chunk", ["large", "small"])
+def test_ode_rnn_tw_weights_built_per_interval_equal_those_built_per_evaluation(options: dict, chunk: str,
+                                                                               monkeypatch) -> None:
+    # The stage precomputation (tw_stages.IntervalStages) must be an implementation detail: the
+    # same outputs and gradients on a fixed batch as building W'(t) at every solver evaluation;
+    # "small" builds one interval per call, "large" all seven in one.
+    from pipeline.models import tw_stages
     from pipeline.models.tw_models import ODERNNTW
 
+    monkeypatch.setattr(tw_stages, "CHUNK_ELEMENTS", 1 if chunk == "small" else 1 << 22)
     torch.manual_seed(0)
     x, dt, mask = torch.randn(6, 7, 3), torch.rand(6, 7) + 0.1, torch.rand(6, 7) > 0.2
     dt[:2, 5:], mask[:2, 5:] = 0.0, False  # padded rows: dt = 0
@@ -391,22 +396,52 @@ def test_stage_grid_knows_the_fixed_step_solvers_evaluation_times() -> None:
 
 def test_an_evaluation_off_the_grid_builds_its_own_weights() -> None:
     from pipeline.models.temporal_weights import TemporalMLP
-    from pipeline.models.tw_stages import IntervalField
+    from pipeline.models.tw_stages import IntervalStages
 
     torch.manual_seed(0)
     net = TemporalMLP([4, 3, 4], scope="full", block=16, clock_units=4)
-    start, dt = torch.rand(5), torch.rand(5) + 0.5
-    field = IntervalField(net, dt, start, dt, grid=(3, 3))  # the end, s = 1, is not precomputed
+    start, dt = torch.rand(5, 2), torch.rand(5, 2) + 0.5  # (B, n): two intervals
+    field = IntervalStages(net, (3, 3), start, dt).field(1, dt[:, 1])  # the end, s = 1, is not built ahead
     h = torch.randn(5, 4)
-    assert len(field.stages[0]) == 3
+    assert len(field.stages[0]) == 3 and field.stages[0][0].shape == (5, 3, 4)
     for s in (0.0, 1.0 / 3, 0.5, 1.0):  # 0.5 is off the grid of thirds, 1.0 past its points
-        expected = dt.unsqueeze(-1) * net(h, start + s * dt)
+        expected = dt[:, 1:] * net(h, start[:, 1] + s * dt[:, 1])
         torch.testing.assert_close(field(torch.tensor(s), h), expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("clock", ["time", "index"])
+def test_interval_stages_split_into_chunks_give_every_interval_its_own_weights(clock: str, monkeypatch) -> None:
+    # A chunk budget of two intervals' weights (5 rows x 3 points x 12 weights each) splits 5
+    # intervals into chunks of 2, 2, 1; each interval's weights are those of its own times,
+    # whichever order the intervals are asked for (the Latent ODE encoder walks backwards).
+    from pipeline.models import tw_stages
+    from pipeline.models.temporal_weights import TemporalMLP
+
+    torch.manual_seed(0)
+    net = TemporalMLP([4, 3, 4], scope="full", block=16, clock_units=4)
+    rows = 5 if clock == "time" else 1
+    monkeypatch.setattr(tw_stages, "CHUNK_ELEMENTS", 2 * rows * 3 * 12 + 1)
+    shape = (5, 5) if clock == "time" else (5,)
+    start, rate = torch.rand(shape), torch.rand(shape) + 0.5
+    stages = tw_stages.IntervalStages(net, (2, 3), start, rate)
+    assert stages.size == 2
+    for interval in (4, 0, 3, 1, 2):
+        weights = stages.at(interval)
+        for k in range(3):
+            clock_k = start[..., interval] + k / 2 * rate[..., interval]
+            for layer, built in zip(net.layers, weights):
+                torch.testing.assert_close(built[k], layer.weights(clock_k), rtol=0, atol=1e-6)
+    assert sorted(stages.chunks) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("clock", ["time", "index"])
 @pytest.mark.parametrize("solver", [{"method": "euler", "solver_steps": 2}, {"method": "rk4", "solver_steps": 2}])
-def test_latent_ode_tw_weights_built_per_interval_equal_those_built_per_evaluation(clock: str, solver: dict) -> None:
+@pytest.mark.parametrize("chunk", ["large", "small"])
+def test_latent_ode_tw_weights_built_per_interval_equal_those_built_per_evaluation(clock: str, solver: dict, chunk: str,
+                                                                                  monkeypatch) -> None:
+    from pipeline.models import tw_stages
+
+    monkeypatch.setattr(tw_stages, "CHUNK_ELEMENTS", 1 if chunk == "small" else 1 << 22)
     model = _latent("latent_ode_tw", per_step=False, tw_clock=clock, **solver)
     x, t, mask = make_split([4, 2, 3], length=5)
     inputs = model.prepare_inputs(x, t, mask)
@@ -427,10 +462,14 @@ def test_sin_cos_gradient_is_the_analytic_one() -> None:
 @pytest.mark.parametrize("solver", [{"method": "rk4", "step_fraction": 0.5}, {"method": "rk4", "step_fraction": 0.4},
                                     {"method": "euler", "step_fraction": 1.0}])
 def test_path_driven_tw_weights_built_per_step_equal_those_built_per_evaluation(name: str, clock: str,
-                                                                               solver: dict) -> None:
+                                                                               solver: dict, monkeypatch) -> None:
     # tw_stages.StageCache over a whole cdeint / odeint solve: the same outputs and gradients as
     # building W'(t) at every evaluation. step_fraction 0.4 does not divide the 5-index path, so
-    # its last step is shorter and off the grid: those evaluations build their own weights.
+    # its last step is shorter and off the grid: those evaluations build their own weights. The
+    # chunk budget fits about three solver steps of the largest layer: several chunks per solve.
+    from pipeline.models import tw_stages
+
+    monkeypatch.setattr(tw_stages, "CHUNK_ELEMENTS", 3 * 3 * 3 * 8 * 8)
     torch.manual_seed(0)
     kwargs = {**SMALL[name], "tw_clock": clock, **solver}
     model = get_model_class(name)(input_channels=2, output_size=2, **kwargs)
@@ -446,3 +485,46 @@ def test_the_stage_cache_is_not_used_with_the_adjoint() -> None:
     model(**inputs).sum().backward()
     clocks = [p for n, p in model.named_parameters() if ".clock." in n]
     assert all(p.grad is not None for p in clocks)
+
+
+@pytest.mark.parametrize("coupling", ["weight", "rank1"])
+@pytest.mark.parametrize("scope, block", [("full", 16), ("row", 16), ("block", 7), ("block", 6)])
+def test_fused_eq2_equals_autograd_through_the_composed_operations(scope: str, block: int, coupling: str) -> None:
+    # tw_fused.FactoredEq2 writes Eq. 2's backward out by hand: its values and every gradient
+    # (weights, k, sender, the clock network through f and phi) must be autograd's through the
+    # composed operations. Blocks of 7 leave the 30-weight layer's last block part padding
+    # (cos 0 = 1 taken off C), blocks of 6 divide it.
+    torch.manual_seed(0)
+    from pipeline.models.temporal_weights import TemporalWeights
+
+    layer = TemporalWeights(5, 6, scope, block, 4, coupling).double()
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.3 * torch.randn_like(p))  # away from the initial k = 1, f = 1, phi = 0
+    times = torch.rand(3, 4, dtype=torch.float64)
+    fused, composed = layer(times), layer.composed(times)
+    assert fused.shape == (3, 4, 5, 6)
+    torch.testing.assert_close(fused, composed, rtol=0, atol=1e-12)
+    params = [p for p in layer.parameters()]
+    weight = torch.randn_like(fused)
+    got = torch.autograd.grad((fused * weight).sum(), params)
+    want = torch.autograd.grad((composed * weight).sum(), params)
+    for name, a, b in zip([n for n, _ in layer.named_parameters()], got, want):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("coupling", ["weight", "rank1"])
+def test_fused_eq2_gradient_is_the_analytic_one(coupling: str) -> None:
+    from pipeline.models.tw_fused import FactoredEq2
+
+    torch.manual_seed(1)
+    f, phi = torch.randn(4, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
+    w, k = torch.randn(2, 5, dtype=torch.float64), torch.randn(2, 5, dtype=torch.float64)
+    sender = torch.randn(2, 5, dtype=torch.float64) if coupling == "rank1" else None
+    pad, scale = torch.zeros(2, dtype=torch.float64), torch.full((2,), 0.2, dtype=torch.float64)
+    inputs = [t.requires_grad_() for t in (f, phi, w, k) + ((sender,) if sender is not None else ())]
+
+    def eq2(*args: torch.Tensor) -> torch.Tensor:
+        return FactoredEq2.apply(*args[:4], args[4] if sender is not None else None, pad, scale)
+
+    assert torch.autograd.gradcheck(eq2, tuple(inputs))

@@ -41,7 +41,7 @@ from torch import nn
 from ._cde import FIXED_STEP_METHODS, METHODS, check_choice
 from .base import SequenceModel, check_raw_inputs
 from .temporal_weights import TemporalMLP, check_layout, tw_options
-from .tw_stages import IntervalField, stage_grid
+from .tw_stages import IntervalField, IntervalStages, stage_grid
 
 SEQUENCE_READOUTS = ("z0", "decoded")
 
@@ -142,17 +142,20 @@ class LatentODE(SequenceModel):
         """dy/dt at per-row times (B,); the plain fields do not read the time."""
         return net(y)
 
-    def _solve(
-        self, net: nn.Module, y: torch.Tensor, start: torch.Tensor, span: torch.Tensor, index: float, direction: float
-    ) -> torch.Tensor:
-        """y (B, D) at time start (B,) -> y at start + span (B,); `index` and `direction` (+-1)
-        place the interval on the shared index clock."""
+    def _solve(self, field: nn.Module, y: torch.Tensor) -> torch.Tensor:
+        """y (B, D) at s = 0 -> y at s = 1 of an interval's field."""
+        return torchdiffeq.odeint(field, y, self._unit_interval.to(y.dtype), **self.solver)[-1]
+
+    def _interval_fields(self, net: nn.Module, start: torch.Tensor, span: torch.Tensor, index: torch.Tensor,
+                         direction: float) -> Callable[[int], nn.Module]:
+        """Interval j -> the right-hand side of its solve over s in [0, 1], for j < n: each row's
+        interval starts at start[:, j] and lasts span[:, j] (B, n; signed), at observation index
+        index[j] (n,) on the shared index clock, which runs in `direction` (+-1)."""
         if self.clock == "time":
             clock_start, clock_rate = start, span
         else:
-            clock_start, clock_rate = y.new_tensor(index), y.new_tensor(direction)
-        field = self._interval_field(net, span, clock_start, clock_rate)
-        return torchdiffeq.odeint(field, y, self._unit_interval.to(y.dtype), **self.solver)[-1]
+            clock_start, clock_rate = index, torch.full_like(index, direction)
+        return lambda j: self._interval_field(net, span[:, j], clock_start[..., j], clock_rate[..., j])
 
     def _interval_field(self, net: nn.Module, span: torch.Tensor, clock_start: torch.Tensor,
                         clock_rate: torch.Tensor) -> nn.Module:
@@ -163,10 +166,12 @@ class LatentODE(SequenceModel):
         """Backward ODE-RNN -> (mean, std) of q(z0 | x), each (B, latent)."""
         times = torch.cumsum(dt, dim=1)  # (B, L): the observation times (elapsed dt sum up)
         gaps = torch.cat([dt[:, 1:], torch.zeros_like(dt[:, :1])], dim=1)  # (B, L): t_{k+1} - t_k, 0 at the end
+        # interval k runs from t_{k+1} back to t_k; rows whose next step is padding have a zero gap
+        index = torch.arange(1, x.shape[1] + 1, dtype=dt.dtype, device=dt.device)  # (L,): k + 1
+        fields = self._interval_fields(self.rec_field, times + gaps, -gaps, index, -1.0)
         h = x.new_zeros(x.shape[0], self.rec_size)  # (B, R)
         for step in reversed(range(x.shape[1])):
-            # from t_{k+1} back to t_k; rows whose next step is padding have a zero gap
-            h_ode = self._solve(self.rec_field, h, times[:, step] + gaps[:, step], -gaps[:, step], step + 1, -1.0)
+            h_ode = self._solve(fields(step), h)
             h = torch.where(mask[:, step, None], self.cell(x[:, step], h_ode), h)
         mean, std = self.to_z0(h).chunk(2, dim=-1)
         return mean, std.abs()
@@ -175,9 +180,12 @@ class LatentODE(SequenceModel):
         """z0 (B, latent) at each row's first observation -> [z(t_0), ..., z(t_{L-1})], each
         (B, latent). Padding has dt = 0, so past its last observation a row's z holds."""
         times = torch.cumsum(dt, dim=1)  # (B, L)
+        # interval j runs from t_j for dt_{j+1}, j < L - 1
+        index = torch.arange(dt.shape[1] - 1, dtype=dt.dtype, device=dt.device)
+        fields = self._interval_fields(self.gen_field, times[:, :-1], dt[:, 1:], index, 1.0)
         states = [z0]
-        for step in range(1, dt.shape[1]):
-            states.append(self._solve(self.gen_field, states[-1], times[:, step - 1], dt[:, step], step - 1, 1.0))
+        for j in range(dt.shape[1] - 1):
+            states.append(self._solve(fields(j), states[-1]))
         return states
 
     def forward(self, x: torch.Tensor, dt: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -227,11 +235,22 @@ class LatentODETW(LatentODE):
     def _rate(self, net: nn.Module, y: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
         return net(y, time)
 
-    # Build each interval's weights at all its solver times at once (tw_stages.IntervalField);
-    # False builds them at every evaluation, as Algorithm 1 reads (the equivalence test compares).
+    # Build the weights of a chunk of intervals at all their solver times at once
+    # (tw_stages.IntervalStages); False builds them at every evaluation, as Algorithm 1 reads
+    # (the equivalence test compares).
     precompute_stages = True
+
+    def _interval_fields(self, net: nn.Module, start: torch.Tensor, span: torch.Tensor, index: torch.Tensor,
+                         direction: float) -> Callable[[int], nn.Module]:
+        grid = stage_grid(self.solver) if self.precompute_stages else None
+        if grid is None:
+            return super()._interval_fields(net, start, span, index, direction)
+        if self.clock == "time":
+            stages = IntervalStages(net, grid, start, span)
+        else:
+            stages = IntervalStages(net, grid, index, torch.full_like(index, direction))
+        return lambda j: stages.field(j, span[:, j])
 
     def _interval_field(self, net: nn.Module, span: torch.Tensor, clock_start: torch.Tensor,
                         clock_rate: torch.Tensor) -> nn.Module:
-        grid = stage_grid(self.solver) if self.precompute_stages else None
-        return IntervalField(net, span, clock_start, clock_rate, grid)
+        return IntervalField(net, span, clock_start, clock_rate)

@@ -44,6 +44,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from .tw_fused import FactoredEq2
+
 SCOPES = ("full", "row", "block")
 COUPLINGS = ("weight", "rank1", "dense")
 # "mlp": the base family's field (biases, activation between layers, a linear last layer), as
@@ -162,6 +164,7 @@ class TemporalWeights(nn.Module):
         valid = (torch.arange(padded) < count).to(weight.dtype).view(groups, size)  # (G, n)
         self.register_buffer("_valid", valid, persistent=False)
         self.register_buffer("_inverse_members", 1.0 / valid.sum(dim=1, keepdim=True), persistent=False)  # (G, 1)
+        self.register_buffer("_padding", size - valid.sum(dim=1), persistent=False)  # (G,)
         self._padded = padded != count
         self.clock = nn.Sequential(nn.Linear(1, clock_units), nn.Tanh(), nn.Linear(clock_units, 2))
         nn.init.zeros_(self.clock[2].weight)
@@ -225,7 +228,18 @@ class TemporalWeights(nn.Module):
         return cos_j.sum(-1, keepdim=True), sin_j.sum(-1, keepdim=True)
 
     def forward(self, t: torch.Tensor) -> torch.Tensor:
-        """t () or (B,) -> W'(t) (rows, cols) or (B, rows, cols), Eq. 2 per group."""
+        """t (...) -> W'(t) (..., rows, cols), Eq. 2 per group."""
+        if self.coupling is not None:
+            return self.composed(t)
+        f, phi = self.frequency_phase(t)
+        sender = None if self.sender is None else self._grouped(self.sender)
+        new = FactoredEq2.apply(f.reshape(-1), phi.reshape(-1), self._grouped(self.weight),
+                                self._grouped(self.receiver), sender, self._padding, self._inverse_members[:, 0])
+        return self._ungrouped(new.view(*f.shape, *new.shape[-2:]))
+
+    def composed(self, t: torch.Tensor) -> torch.Tensor:
+        """forward(t) through autograd's own operations: every coupling form; for the
+        factorised ones the reference the fused Function (tw_fused) is tested against."""
         grouped = self._grouped(self.weight)  # (G, n)
         f, phi = self.frequency_phase(t)
         f, phi = f[..., None, None], phi[..., None, None]  # (..., 1, 1)
@@ -308,17 +322,17 @@ class TemporalMLP(nn.Module):
             TemporalLinear(a, b, bias=layout == "mlp", **options) for a, b in zip(sizes, sizes[1:])
         )
 
-    def stage_weights(self, times: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
-        """W'(t) of every layer at P times at once: times (P,) or (B, P) -> per layer a tuple of P
-        tensors (rows, cols) or (B, rows, cols), in the order of `times`.
+    def stage_weights(self, times: torch.Tensor) -> list[torch.Tensor]:
+        """W'(t) of every layer at many times at once: times (P, ...) -> per layer (P, ..., rows,
+        cols), `...` empty (index clock) or the batch (time clock, rows last: each time's
+        weights contiguous).
 
-        Why: Eq. 2 costs about twenty small tensor operations per layer and evaluation, which on
-        CPU cost more than the arithmetic; a fixed-step solver evaluates the field at times known
-        before it starts, so one batched call per interval replaces one call per evaluation
-        (ODERNNTW). unbind, not indexing: its backward is one stack for all P, where each index
-        would scatter into a zero tensor of the full size.
+        Why: Eq. 2 costs about twenty small tensor operations per layer and call, which on CPU
+        cost more than the arithmetic; a fixed-step solver evaluates the field at times known
+        before it starts, so one call per chunk of solver steps replaces one call per
+        evaluation (tw_stages).
         """
-        return [layer.weights(times).unbind(-3) for layer in self.layers]
+        return [layer.weights(times) for layer in self.layers]
 
     def forward(self, x: torch.Tensor, t: torch.Tensor | None,
                 weights: list[torch.Tensor] | None = None) -> torch.Tensor:

@@ -35,7 +35,7 @@ from .gru_ode import GRUODE
 from .ncde import NeuralCDE
 from .ode_rnn import ODERNN
 from .temporal_weights import TemporalLinear, TemporalMLP, check_layout, tw_options
-from .tw_stages import IntervalField, StageCache, cache_for, stage_grid
+from .tw_stages import IntervalField, IntervalStages, StageCache, cache_for, stage_grid
 
 
 class ODERNNTW(ODERNN):
@@ -61,22 +61,28 @@ class ODERNNTW(ODERNN):
         self.clock = tw_clock
         sizes = [self.hidden_size, self.field[0].out_features, self.hidden_size]
         self.field = TemporalMLP(sizes, layout=tw_layout, **options)
-        # Build each interval's weights at all its solver times at once (tw_stages.IntervalField); False
-        # builds them at every evaluation, as Algorithm 1 reads (the equivalence test compares).
+        # Build the weights of a chunk of intervals at all their solver times at once
+        # (tw_stages.IntervalStages); False builds them at every evaluation, as Algorithm 1 reads
+        # (the equivalence test compares).
         self.precompute_stages = True
 
     def forward(self, x: torch.Tensor, dt: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         check_raw_inputs(x, dt, mask, self.input_channels)
         h = x.new_zeros(x.shape[0], self.hidden_size)  # (B, H)
-        previous = torch.cumsum(dt, dim=1) - dt  # (B, L): time of the previous observation
         unit = self._unit_interval.to(h.dtype)
+        if self.clock == "time":  # interval k runs from the previous observation's time for dt_k
+            start, rate = torch.cumsum(dt, dim=1) - dt, dt  # (B, L) each
+        else:  # from index k for one index unit, shared by the batch
+            start = torch.arange(x.shape[1], dtype=h.dtype, device=h.device)  # (L,)
+            rate = torch.ones_like(start)
         grid = stage_grid(self.solver) if self.precompute_stages else None
+        stages = IntervalStages(self.field, grid, start, rate) if grid is not None else None
         states = []
         for step in range(x.shape[1]):
-            if self.clock == "time":
-                field = IntervalField(self.field, dt[:, step], previous[:, step], dt[:, step], grid)
+            if stages is not None:
+                field = stages.field(step, dt[:, step])
             else:
-                field = IntervalField(self.field, dt[:, step], unit.new_tensor(float(step)), unit.new_tensor(1.0), grid)
+                field = IntervalField(self.field, dt[:, step], start[..., step], rate[..., step])
             h_ode = torchdiffeq.odeint(field, h, unit, **self.solver)[-1]
             h = torch.where(mask[:, step, None], self.cell(x[:, step], h_ode), h)
             states.append(h)
@@ -95,9 +101,10 @@ class TemporalGRUODEField(nn.Module):
         self.gate_map = TemporalLinear(hidden_size, 2 * hidden_size, **options)
         self.candidate_map = TemporalLinear(hidden_size, hidden_size, **options)
 
-    def stage_weights(self, times: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
-        """W', U' of the three maps at P times at once (TemporalMLP.stage_weights)."""
-        return [m.weights(times).unbind(-3) for m in (self.input_map, self.gate_map, self.candidate_map)]
+    def stage_weights(self, times: torch.Tensor) -> list[torch.Tensor]:
+        """W', U' of the three maps at many times at once: times (P, ...) -> (P, ..., rows, cols)
+        each (TemporalMLP.stage_weights)."""
+        return [m.weights(times) for m in (self.input_map, self.gate_map, self.candidate_map)]
 
     def forward(self, x: torch.Tensor, h: torch.Tensor, t: torch.Tensor | None,
                 weights: list[torch.Tensor] | None = None) -> torch.Tensor:
@@ -127,7 +134,7 @@ class GRUODETW(GRUODE):
         self.clock = tw_clock
         options = tw_options(tw_scope, tw_block, tw_clock, tw_units, tw_coupling)
         self.field = TemporalGRUODEField(self.path_channels, self.hidden_size, options)
-        # Build the weights one solver step at a time (tw_stages.StageCache); False builds them
+        # Build the weights a chunk of solver steps at a time (tw_stages.StageCache); False builds them
         # at every evaluation (the equivalence test compares). Never with the adjoint, whose
         # backward solve evaluates the field again with gradients on.
         self.precompute_stages = True
@@ -141,7 +148,8 @@ class GRUODETW(GRUODE):
         path, grid = super()._path(coeffs, last, mask)
         if self.precompute_stages and not self.adjoint:
             clock = (lambda s: path.evaluate(s)[..., 0]) if self.clock == "time" else (lambda s: s)
-            self._stages = cache_for(self.solver, grid, self.field.stage_weights, clock)
+            rows = coeffs.shape[0] if self.clock == "time" else 1
+            self._stages = cache_for(self.solver, grid, self.field, self.field.stage_weights, clock, rows)
         return path, grid
 
     def forward(self, coeffs: torch.Tensor, last: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -209,7 +217,8 @@ class NeuralCDETW(NeuralCDE):
         path, grid = super()._path(coeffs, last, mask)
         cache = None
         if self.precompute_stages and not self.adjoint:  # its clock reads the path set with it
-            cache = cache_for(self.solver, grid, self.field.net.stage_weights, self.field.clock_of)
+            rows = coeffs.shape[0] if self.field.clock == "time" else 1
+            cache = cache_for(self.solver, grid, self.field.net, self.field.net.stage_weights, self.field.clock_of, rows)
         self.field.use_path(path, cache)
         return path, grid
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import ray
 
-from pipeline import interrupts
+from pipeline import allocator, interrupts
 from pipeline.config import Resources
 from pipeline.errors import ConfigError, ResourceError
 
@@ -64,6 +64,7 @@ def ray_session(dashboard: bool = False) -> Iterator[None]:
     local instance's dashboard (a cluster has its own). Workers of a remote cluster find
     `pipeline` in the same environment the cluster was started from.
     """
+    allocator.mode()  # a bad CTSWEEP_MALLOC fails here, not in every trial
     if ray.is_initialized():
         yield
         return
