@@ -123,7 +123,7 @@ class IntervalStages:
         self.clock_start, self.clock_rate = clock_start, clock_rate
         rows = clock_start.shape[0] if clock_start.ndim == 2 else 1
         self.size = chunk_length(net, grid[1] * rows)
-        self.chunks: dict[int, list[tuple[tuple[torch.Tensor, ...], ...]]] = {}
+        self.chunks: dict[int, list[tuple[torch.Tensor, ...]]] = {}  # chunk -> each layer's c x P weights
 
     def _fill(self, chunk: int) -> None:
         first = chunk * self.size
@@ -134,16 +134,18 @@ class IntervalStages:
                  + fractions * self.clock_rate[..., first:last, None])  # (B, c, P) or (c, P)
         if clock.ndim == 3:
             clock = time_major(clock)  # (c, P, B)
-        # unbind, not indexing: its backward is one stack for all the views, where each index
-        # would scatter into a zero tensor of the full size
-        self.chunks[chunk] = [tuple(w.unbind(0) for w in layer.weights(clock).unbind(0)) for layer in self.net.layers]
+        # one unbind of all c x P times, not indexing: its backward is one stack for all the
+        # views, where each index would scatter into a zero tensor of the full size (and an
+        # unbind per interval would stack twice)
+        self.chunks[chunk] = [layer.weights(clock).flatten(0, 1).unbind(0) for layer in self.net.layers]
 
     def at(self, interval: int) -> list[tuple[torch.Tensor, ...]]:
         """Each layer's P weights of `interval`, (rows, cols) or (B, rows, cols) each."""
         chunk = interval // self.size
         if chunk not in self.chunks:
             self._fill(chunk)
-        return [layer[interval - chunk * self.size] for layer in self.chunks[chunk]]
+        first = (interval - chunk * self.size) * self.grid[1]
+        return [layer[first:first + self.grid[1]] for layer in self.chunks[chunk]]
 
     def field(self, interval: int, scale: torch.Tensor) -> IntervalField:
         """The interval's IntervalField, its weights looked up here; scale (B,) its signed length."""
