@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from benchmarks.data import DataSpec, synthetic_dataset
+from pipeline.allocator import keep_freed_memory
 from pipeline.errors import TrialFailedError
 from pipeline.train import TimeLimitReached, Trainer, TrainSettings
 
@@ -61,6 +62,7 @@ class Result:
     peak_mb: float | None = None  # process RSS peak (CPU) or allocated peak (CUDA)
     train_mb: float | None = None  # that peak above the level training started from
     memory_method: str = ""
+    malloc: str = ""  # "keep": pipeline/allocator.py's settings were in force; "system": glibc's own
     error: str = ""
 
 
@@ -154,6 +156,7 @@ def run_job(job: Job) -> Result:
         trainer = Trainer(job.family, job.model_kwargs, TrainSettings(**job.settings), dataset,
                           seed=job.seed, device=job.device)
         result.params = trainer.model.num_parameters()
+        result.malloc = "keep" if keep_freed_memory() else "system"  # what the Trainer's call set
         result.setup_seconds = time.perf_counter() - start
         meter.start()
         _epochs(trainer, job, deadline, result)

@@ -6,9 +6,12 @@ configurations, this working tree against an earlier commit, measured in one run
 The earlier commit is checked out into a temporary `git worktree`; every measurement is the
 model-zoo benchmark's job (benchmarks/measure.py: synthetic irregular data, one torch thread,
 warm-up epochs untimed, median of the timed ones) run in a fresh interpreter whose PYTHONPATH
-is that tree, with the same job (the current reference configuration and data) for both. The
-two trees alternate `--repeats` times so that a noisy stretch of a shared machine hits both;
-each side's figure is the median over its repeats and the ratio is before / after.
+is that tree, with the same job (the current reference configuration and data) for both. This
+tree is measured twice: as it runs (`after`) and with `CTSWEEP_MALLOC=system` (`after_system`:
+glibc's malloc as the earlier tree has it, pipeline/allocator.py), so the code's share of the
+speed-up and the allocator's are told apart. The sides alternate `--repeats` times so that a
+noisy stretch of a shared machine hits all; each side's figure is the median over its repeats
+and the ratios are before / after and before / after_system.
 Writes benchmarks/results/speedup.{json,md}.
 """
 
@@ -59,9 +62,13 @@ def job_for(args: argparse.Namespace, family: str) -> Job:
     return zoo.make_job(zoo_args, family)
 
 
-def run_in(tree: Path, job: Job) -> dict[str, Any]:
+# side -> (tree: "before" or "after", extra environment)
+SIDES = {"before": ("before", {}), "after_system": ("after", {"CTSWEEP_MALLOC": "system"}), "after": ("after", {})}
+
+
+def run_in(tree: Path, job: Job, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """One measurement with `tree`'s code (its benchmarks.measure and pipeline)."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, "PYTHONPATH": str(tree), **(extra_env or {})}
     try:
         proc = subprocess.run([sys.executable, "-m", "benchmarks.measure", json.dumps(asdict(job))], cwd=tree,
                               env=env, capture_output=True, text=True, timeout=job.time_limit + GRACE_S)
@@ -74,35 +81,41 @@ def run_in(tree: Path, job: Job) -> dict[str, Any]:
 
 
 def compare(args: argparse.Namespace, before: Path, family: str) -> dict[str, Any]:
-    """{family, config, before [s], after [s], medians, ratio}: the trees alternate per repeat."""
+    """{family, config, seconds per side, medians, ratios}: the sides alternate per repeat."""
     job = job_for(args, family)
-    runs: dict[str, list[float]] = {"before": [], "after": []}
+    runs: dict[str, list[float]] = {side: [] for side in SIDES}
+    malloc: dict[str, set[str]] = {side: set() for side in SIDES}  # as each side's measure reports it
     errors = []
     for _ in range(args.repeats):
-        for side, tree in (("before", before), ("after", ROOT)):
-            result = run_in(tree, job)
+        for side, (which, extra) in SIDES.items():
+            result = run_in(before if which == "before" else ROOT, job, extra)
             if result.get("status") == "ok":
                 runs[side].append(result["seconds_per_epoch"])
+                malloc[side].add(result.get("malloc") or "system")  # an earlier measure.py does not say: glibc's
             else:
                 errors.append(f"{side}: {result.get('status')} {result.get('error', '')}".strip())
             print(f"  {family} {side}: {result.get('seconds_per_epoch') or result.get('status')}", file=sys.stderr,
                   flush=True)
     medians = {side: statistics.median(v) if v else None for side, v in runs.items()}
-    ratio = medians["before"] / medians["after"] if all(medians.values()) else None
+    ok = all(medians.values())
     return {"family": family, "model_kwargs": job.model_kwargs, "batch_size": job.settings["batch_size"],
-            "before_s": runs["before"], "after_s": runs["after"], "before_median_s": medians["before"],
-            "after_median_s": medians["after"], "ratio": ratio, "errors": errors}
+            **{f"{side}_s": runs[side] for side in SIDES}, **{f"{side}_median_s": medians[side] for side in SIDES},
+            "ratio": medians["before"] / medians["after"] if ok else None,
+            "code_ratio": medians["before"] / medians["after_system"] if ok else None,
+            "malloc": {side: sorted(modes) for side, modes in malloc.items()}, "errors": errors}
 
 
 def markdown(report: dict[str, Any]) -> str:
     lines = [f"Seconds per training epoch, commit {report['before']} (before) against {report['after']} (after), "
              f"reference configurations, {report['data']}, one torch thread; medians of {report['repeats']} "
-             f"alternating measurements. {report['date']} · {report['machine']}", "",
-             "| family | before (s / epoch) | after (s / epoch) | speed-up |", "|---|---|---|---|"]
+             f"alternating measurements; after (system malloc): this tree with CTSWEEP_MALLOC=system. "
+             f"{report['date']} · {report['machine']}", "",
+             "| family | before (s / epoch) | after, system malloc | after | speed-up (code) | speed-up |",
+             "|---|---|---|---|---|---|"]
     for row in report["rows"]:
-        b, a, r = row["before_median_s"], row["after_median_s"], row["ratio"]
-        lines.append(f"| {row['family']} | {b:.3f} | {a:.3f} | {r:.2f}x |" if r else
-                     f"| {row['family']} | {b} | {a} | — ({'; '.join(row['errors'])}) |")
+        b, m, a = row["before_median_s"], row["after_system_median_s"], row["after_median_s"]
+        lines.append(f"| {row['family']} | {b:.3f} | {m:.3f} | {a:.3f} | {row['code_ratio']:.2f}x | {row['ratio']:.2f}x |"
+                     if row["ratio"] else f"| {row['family']} | {b} | {m} | {a} | — | — ({'; '.join(row['errors'])}) |")
     return "\n".join(lines) + "\n"
 
 
