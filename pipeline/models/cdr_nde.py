@@ -74,6 +74,7 @@ from torch import nn
 
 from ._cde import FIXED_STEP_METHODS, METHODS, check_choice
 from .base import SequenceModel, check_raw_inputs, gather_steps, last_valid_index
+from .cdr_rate import DepthRate, depth_rows
 
 LAPLACIANS = ("uniform", "irregular")
 
@@ -166,7 +167,9 @@ def second_difference(h: torch.Tensor, inv_gap: torch.Tensor, inv_width: torch.T
 
 class _DepthField(nn.Module):
     """dh(t_i, t')/dt' for all steps at once, state (B, L, H): Eq. 11, plus k * D2_t h for the heat
-    model (Eq. 14) when `weights` are given; padded steps do not move."""
+    model (Eq. 14) when `weights` are given; padded steps do not move. Equal to
+    GRUCell(h, previous_steps(h)) + k * second_difference(h, *weights), computed by cdr_rate.DepthRate
+    on the rows of the kept steps."""
 
     def __init__(
         self,
@@ -177,15 +180,17 @@ class _DepthField(nn.Module):
     ) -> None:
         super().__init__()
         self.cell = cell
-        self.moving = mask.unsqueeze(-1)  # (B, L, 1)
-        self.diffusivity = diffusivity
-        self.weights = weights
+        dtype = torch.get_default_dtype() if weights is None else weights[1].dtype
+        self.rows = depth_rows(mask, dtype, diffusivity, weights)
 
     def forward(self, d: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        rate = gru_source(self.cell, h, previous_steps(h))
-        if self.weights is not None:
-            rate = rate + self.diffusivity * second_difference(h, *self.weights)
-        return torch.where(self.moving, rate, torch.zeros_like(rate))
+        batch, length, size = h.shape
+        cell = self.cell
+        rate = DepthRate.apply(
+            h.reshape(batch * length, size), cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh,
+            self.rows.to(h.dtype),
+        )
+        return rate.view(batch, length, size)
 
 
 class CDRNDE(SequenceModel):
