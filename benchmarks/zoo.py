@@ -111,6 +111,11 @@ def make_job(args: argparse.Namespace, family: str, overrides: dict[str, Any] | 
               "time_limit": args.time_limit, "threads": args.threads}
     fields.update(changes)
     data.update(fields.pop("data", {}))
+    fraction = settings.pop("lr_step_fraction", None)
+    if fraction is not None:
+        # A step schedule given as a fraction of the run's epochs (CDR-NDE's): the benchmark's
+        # run is its warm-up and timed epochs, and the Trainer it builds gets no run length.
+        settings["lr_step_epoch"] = max(1, round(fraction * (fields["warmup"] + fields["epochs"])))
     return Job(family, {**model, **(overrides or {})}, settings, data, **fields)
 
 

@@ -409,29 +409,38 @@ def test_an_evaluation_off_the_grid_builds_its_own_weights() -> None:
         torch.testing.assert_close(field(torch.tensor(s), h), expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("chained", [False, True])
 @pytest.mark.parametrize("clock", ["time", "index"])
-def test_interval_stages_split_into_chunks_give_every_interval_its_own_weights(clock: str, monkeypatch) -> None:
-    # A chunk budget of two intervals' weights (5 rows x 3 points x 12 weights each) splits 5
+def test_interval_stages_split_into_chunks_give_every_interval_its_own_weights(clock: str, chained: bool,
+                                                                              monkeypatch) -> None:
+    # A chunk budget of two intervals' weights (5 rows x 3 times x 12 weights each) splits 5
     # intervals into chunks of 2, 2, 1; each interval's weights are those of its own times,
     # whichever order the intervals are asked for (the Latent ODE encoder walks backwards).
+    # Chained intervals (each starts where the one before ends) build their shared end once:
+    # 2 times per interval, the chunk's last end besides.
     from pipeline.models import tw_stages
     from pipeline.models.temporal_weights import TemporalMLP
 
     torch.manual_seed(0)
     net = TemporalMLP([4, 3, 4], scope="full", block=16, clock_units=4)
     rows = 5 if clock == "time" else 1
-    monkeypatch.setattr(tw_stages, "CHUNK_ELEMENTS", 2 * rows * 3 * 12 + 1)
+    per_interval = 2 if chained else 3
+    monkeypatch.setattr(tw_stages, "CHUNK_ELEMENTS", 2 * rows * per_interval * 12 + 1)
     shape = (5, 5) if clock == "time" else (5,)
-    start, rate = torch.rand(shape), torch.rand(shape) + 0.5
-    stages = tw_stages.IntervalStages(net, (2, 3), start, rate)
+    rate = torch.rand(shape) + 0.5
+    start = torch.cumsum(rate, dim=-1) - rate if chained else torch.rand(shape)
+    stages = tw_stages.IntervalStages(net, (2, 3), start, rate, chained=chained)
     assert stages.size == 2
     for interval in (4, 0, 3, 1, 2):
         weights = stages.at(interval)
         for k in range(3):
             clock_k = start[..., interval] + k / 2 * rate[..., interval]
             for layer, built in zip(net.layers, weights):
+                assert len(built) == 3
                 torch.testing.assert_close(built[k], layer.weights(clock_k), rtol=0, atol=1e-6)
     assert sorted(stages.chunks) == [0, 1, 2]
+    built = [len(stages.chunks[c][0]) for c in (0, 1, 2)]  # times built per chunk (first layer)
+    assert built == ([5, 5, 3] if chained else [6, 6, 3])
 
 
 @pytest.mark.parametrize("clock", ["time", "index"])

@@ -147,10 +147,11 @@ class LatentODE(SequenceModel):
         return torchdiffeq.odeint(field, y, self._unit_interval.to(y.dtype), **self.solver)[-1]
 
     def _interval_fields(self, net: nn.Module, start: torch.Tensor, span: torch.Tensor, index: torch.Tensor,
-                         direction: float) -> Callable[[int], nn.Module]:
+                         direction: float, chained: bool = False) -> Callable[[int], nn.Module]:
         """Interval j -> the right-hand side of its solve over s in [0, 1], for j < n: each row's
         interval starts at start[:, j] and lasts span[:, j] (B, n; signed), at observation index
-        index[j] (n,) on the shared index clock, which runs in `direction` (+-1)."""
+        index[j] (n,) on the shared index clock, which runs in `direction` (+-1). `chained`:
+        interval j ends where j + 1 starts (the decoder's)."""
         if self.clock == "time":
             clock_start, clock_rate = start, span
         else:
@@ -182,7 +183,7 @@ class LatentODE(SequenceModel):
         times = torch.cumsum(dt, dim=1)  # (B, L)
         # interval j runs from t_j for dt_{j+1}, j < L - 1
         index = torch.arange(dt.shape[1] - 1, dtype=dt.dtype, device=dt.device)
-        fields = self._interval_fields(self.gen_field, times[:, :-1], dt[:, 1:], index, 1.0)
+        fields = self._interval_fields(self.gen_field, times[:, :-1], dt[:, 1:], index, 1.0, chained=True)
         states = [z0]
         for j in range(dt.shape[1] - 1):
             states.append(self._solve(fields(j), states[-1]))
@@ -241,14 +242,14 @@ class LatentODETW(LatentODE):
     precompute_stages = True
 
     def _interval_fields(self, net: nn.Module, start: torch.Tensor, span: torch.Tensor, index: torch.Tensor,
-                         direction: float) -> Callable[[int], nn.Module]:
+                         direction: float, chained: bool = False) -> Callable[[int], nn.Module]:
         grid = stage_grid(self.solver) if self.precompute_stages else None
         if grid is None:
-            return super()._interval_fields(net, start, span, index, direction)
+            return super()._interval_fields(net, start, span, index, direction, chained)
         if self.clock == "time":
-            stages = IntervalStages(net, grid, start, span)
+            stages = IntervalStages(net, grid, start, span, chained)
         else:
-            stages = IntervalStages(net, grid, index, torch.full_like(index, direction))
+            stages = IntervalStages(net, grid, index, torch.full_like(index, direction), chained)
         return lambda j: stages.field(j, span[:, j])
 
     def _interval_field(self, net: nn.Module, span: torch.Tensor, clock_start: torch.Tensor,

@@ -76,7 +76,7 @@ class ODERNNTW(ODERNN):
             start = torch.arange(x.shape[1], dtype=h.dtype, device=h.device)  # (L,)
             rate = torch.ones_like(start)
         grid = stage_grid(self.solver) if self.precompute_stages else None
-        stages = IntervalStages(self.field, grid, start, rate) if grid is not None else None
+        stages = IntervalStages(self.field, grid, start, rate, chained=True) if grid is not None else None
         states = []
         for step in range(x.shape[1]):
             if stages is not None:
