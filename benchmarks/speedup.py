@@ -12,7 +12,7 @@ glibc's malloc as the earlier tree has it, pipeline/allocator.py), so the code's
 speed-up and the allocator's are told apart. The sides alternate `--repeats` times so that a
 noisy stretch of a shared machine hits all; each side's figure is the median over its repeats
 and the ratios are before / after and before / after_system.
-Writes benchmarks/results/speedup.{json,md}.
+Writes benchmarks/results/speedup.{json,md} (`--name` for another name).
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sequences", type=int, default=256)
     p.add_argument("--length", type=int, default=50)
     p.add_argument("--channels", type=int, default=12)
+    p.add_argument("--batch-size", type=int, default=32, help="0: each family's own (its reference or fixed one)")
+    p.add_argument("--name", default="speedup", help="the result files' name: <out>/<name>.{json,md}")
     p.add_argument("--time-limit", type=float, default=600.0, help="seconds per measurement")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = p.parse_args(argv)
@@ -58,7 +60,8 @@ def job_for(args: argparse.Namespace, family: str) -> Job:
     """The model-zoo job of `family`'s current reference configuration, one thread, on CPU."""
     zoo_args = zoo.parse_args(["--families", family, "--epochs", str(args.epochs), "--warmup", str(args.warmup),
                                "--sequences", str(args.sequences), "--length", str(args.length),
-                               "--channels", str(args.channels), "--time-limit", str(args.time_limit)])
+                               "--channels", str(args.channels), "--time-limit", str(args.time_limit),
+                               "--batch-size", str(args.batch_size)])
     return zoo.make_job(zoo_args, family)
 
 
@@ -135,13 +138,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             _git("worktree", "remove", "--force", str(tree))
     dirty = " (with uncommitted changes)" if _git("status", "--porcelain", "--untracked-files=no") else ""
     report = {"before": before_rev, "after": _git("rev-parse", "--short", "HEAD") + dirty, "repeats": args.repeats,
-              "data": f"{args.sequences} synthetic sequences of length {args.length} x {args.channels} channels",
+              "data": f"{args.sequences} synthetic sequences of length {args.length} x {args.channels} channels, "
+                      f"batches of {args.batch_size or 'each family' + chr(39) + 's own size'}",
               "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": zoo.machine_info("cpu", 1).get("cpu", ""), "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "speedup.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=2) + "\n")
     text = markdown(report)
-    (args.out / "speedup.md").write_text(text)
+    (args.out / f"{args.name}.md").write_text(text)
     print(text)
     return report
 
