@@ -8,7 +8,7 @@ C = sum_j e_j c_j and S = sum_j e_j s_j (e_j the sender factor c_j of "rank1", 1
 
 (sin(b_i + phi - b_j) expanded; see temporal_weights.py). Why a Function: autograd through
 these dozen tensor operations makes about seventeen passes over the (times, rows, weights)
-tensors in the backward pass, where the derivatives below need eight, plus matrix-vector
+tensors in the backward pass, where the derivatives below need seven, plus matrix-vector
 products for the reductions; and it keeps three full tensors (sin, cos, W') for the backward
 pass, this keeps two. The backward pass of a chunk of stage weights (tw_stages) was three
 times its forward pass before. The derivatives, with g = dL/dw' and g_k = g * k:

@@ -31,8 +31,9 @@ from .temporal_weights import TemporalMLP, TemporalWeights
 STAGE_DIVISIONS = {"euler": (1, False), "midpoint": (2, False), "rk4": (3, True)}
 _OFF_GRID = 1e-3  # in units of the grid: a solver time farther from a grid point builds its own
 # Weight entries (all rows, all times) one call may build per layer: 4 Mi floats are 16 MiB per
-# intermediate of Eq. 2. The reference ODE-RNN-TW (batch 32, 7 rk4 points per interval, 320
-# weights per layer) then builds 28 of its 50 intervals per call.
+# intermediate of Eq. 2, under glibc's largest mmap threshold (pipeline/allocator.py). The
+# reference ODE-RNN-TW (batch 32, 6 new rk4 times per interval, 320 weights per layer) builds
+# all its 50 intervals in one call, NCDE-TW (a 416 x 16 last layer) 6 rk4 steps per call.
 CHUNK_ELEMENTS = 1 << 22
 
 Build = Callable[[torch.Tensor], list[torch.Tensor]]  # clock (P, ...) -> each layer's W' (P, ..., rows, cols)
