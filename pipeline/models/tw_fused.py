@@ -20,7 +20,8 @@ times its forward pass before. The derivatives, with g = dL/dw' and g_k = g * k:
     dw_i = sum_t db_i f,   df = sum_i db_i w_i,   de_i = sum_t (dS s_i + dC c_i)
 
 tests/test_temporal_weights.py checks them with gradcheck (float64) and against autograd
-through the composed operations.
+through the composed operations. First derivatives only (the Function's backward is
+once_differentiable), as the torchdiffeq adjoint needs.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class FactoredEq2(torch.autograd.Function):
         return out
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # works in place on its own buffers
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
         f, w, k, sender, s, c, along_s, along_c, cos_phi, sin_phi, scale = ctx.saved_tensors
         grad_s, grad_c = grad * s, grad * c  # (T, G, n)
