@@ -11,15 +11,17 @@ import torch
 from torch import nn
 
 from pipeline.models import cdr_nde, cdr_rate
-from pipeline.models.cdr_nde import CDRNDE, CDRNDEHeat, gap_weights, uniform_weights
+from pipeline.models.cdr_nde import (CDRNDE, CDRNDEHeat, gap_weights, gru_source, previous_steps,
+                                     second_difference, uniform_weights)
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 
 
 class DirectDepthField(nn.Module):
-    """The depth field as written before the fused form (the reference): torch's GRUCell on
-    (h, h one step back, 0 before the first step), plus diffusivity * the zero-flux second
-    difference built with two cats, padded steps held by torch.where."""
+    """The depth field as written before the fused form (the reference), from cdr_nde's composed
+    parts: torch's GRUCell on (h, h one step back, 0 before the first step), plus diffusivity *
+    the zero-flux second difference built with two cats (whose formulas tests/test_cdr_nde.py
+    checks by hand), padded steps held by torch.where."""
 
     def __init__(
         self,
@@ -33,15 +35,9 @@ class DirectDepthField(nn.Module):
         self.diffusivity, self.weights = diffusivity, weights
 
     def forward(self, d: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        batch, length, size = h.shape
-        previous = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
-        rate = self.cell(h.reshape(-1, size), previous.reshape(-1, size)).view(batch, length, size)
+        rate = gru_source(self.cell, h, previous_steps(h))
         if self.weights is not None:
-            inv_gap, inv_width = self.weights
-            flux = (h[:, 1:] - h[:, :-1]) * inv_gap
-            zero = h.new_zeros(batch, 1, size)
-            second = inv_width * (torch.cat([flux, zero], dim=1) - torch.cat([zero, flux], dim=1))
-            rate = rate + self.diffusivity * second
+            rate = rate + self.diffusivity * second_difference(h, *self.weights)
         return torch.where(self.moving, rate, torch.zeros_like(rate))
 
 

@@ -83,7 +83,9 @@ def gru_source(cell: nn.GRUCell, h: torch.Tensor, previous: torch.Tensor) -> tor
     """Eq. 11's rate and Eq. 12/14's source f: GRUCell(input=h(t_i, t'), hidden=h(t_{i-1}, t')).
 
     Args: h, previous (B, L, H). Returns (B, L, H). nn.GRUCell takes 2-D batches only, so the
-    sequence axis is folded into the batch.
+    sequence axis is folded into the batch. The model computes this fused with the rest of the
+    depth field (cdr_rate.DepthRate); this composed form, with previous_steps and
+    second_difference, is what tests/test_cdr_nde_fast_field.py holds the fused one to.
     """
     batch, length, hidden = h.shape
     out = cell(h.reshape(batch * length, hidden), previous.reshape(batch * length, hidden))
