@@ -42,8 +42,8 @@ def _without_password(url: str) -> str:
 
 
 def _check_uea_name(path: Path, dataset: str, name: str) -> None:
-    from pipeline.data.uea import UEA_MULTIVARIATE
+    from pipeline.data.uea import archive_names
 
-    if name not in UEA_MULTIVARIATE:
-        raise ConfigError(f"{path}: key `prepare.{dataset}.name`: unknown UEA dataset {shown(name)}; "
-                          f"valid: {sorted(UEA_MULTIVARIATE, key=str.lower)}")
+    if name not in archive_names():
+        raise ConfigError(f"{path}: key `prepare.{dataset}.name`: unknown UCR/UEA dataset {shown(name)}; "
+                          f"valid: the {len(archive_names())} names aeon lists, {sorted(archive_names(), key=str.lower)}")

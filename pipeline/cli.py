@@ -305,6 +305,45 @@ def check_command(root: Path = ROOT) -> None:
     typer.echo(check_project(project_root(root)))
 
 
+@app.command("check-family")
+@_stage
+def check_family_command(
+    name: str = typer.Argument(..., help="A family: built-in, declared under params.yaml `user_families`, "
+                                         "or a `ctsweep.families` entry point."),
+    root: Path = ROOT,
+) -> None:
+    """Check NAME against the model contract: input representation, output shapes per sequence and
+    per step, padding, one training step, save and reload as an MLflow model. Prints each check
+    with PASS or the reason it failed; exit status 1 if one failed."""
+    _names(name=name)
+    from pipeline.families.check import check_family, summary
+
+    base, _ = _params(root)  # declares the params.yaml families (an import error stops here, status 2)
+    results = check_family(base, name, typer.echo)
+    typer.echo(f"{name}: {summary(results)}")
+    if not all(r.passed for r in results):
+        raise typer.Exit(1)
+
+
+@app.command("new-family")
+@_stage
+def new_family_command(
+    name: str = typer.Argument(..., help="The new family's name (a letter, then letters, digits, '_' or '-')."),
+    root: Path = ROOT,
+) -> None:
+    """Write a commented template model (my_families/NAME.py), its search space and its test, and
+    declare it under params.yaml `user_families`; they pass `ctsweep check-family NAME` as written."""
+    _names(name=name)
+    from pipeline.families.template import new_family
+
+    base = project_root(root)
+    for path in new_family(base, name):
+        typer.echo(f"wrote {path.relative_to(base)}")
+    typer.echo(f"next: `ctsweep check-family {name}`, then add {name} to params.yaml `families`; "
+               f"list my_families under the search and final stages' deps in dvc.yaml so DVC reruns them "
+               f"when the model changes")
+
+
 def main() -> None:
     app(prog_name="ctsweep")
 

@@ -64,11 +64,11 @@ def _resources_for(base: Resources, overrides: dict[str, ResourceOverride], fami
 
 
 def _known_families(overrides: dict[str, Any]) -> dict[str, Any]:
-    from pipeline.models import MODELS  # late: keeps `import pipeline.config` light
+    from pipeline.models import family_names  # late: keeps `import pipeline.config` light
 
-    unknown = sorted(set(overrides) - set(MODELS))
+    unknown = sorted(set(overrides) - set(family_names()))
     if unknown:
-        raise ValueError(f"unknown families {_few(unknown)}; valid: {sorted(MODELS)}")
+        raise ValueError(f"unknown families {_few(unknown)}; valid: {family_names()}")
     return overrides
 
 
@@ -201,6 +201,9 @@ class Params(_Strict):
     search: SearchParams = SearchParams()
     final: FinalParams = FinalParams()
     promote: PromoteParams = PromoteParams()
+    # name -> "package.module:Class" or {model, space}: read and imported before the rest is
+    # validated (pipeline/families/user.py), so `families` and the per-family keys may name them.
+    user_families: dict[Name, Any] = Field(default_factory=dict, max_length=1000)
 
     _distinct_datasets = field_validator("datasets")(lambda v: _distinct(v, "datasets"))
     _distinct_families = field_validator("families")(lambda v: _distinct(v, "families"))
@@ -212,11 +215,12 @@ class Params(_Strict):
             raise ValueError(
                 f"datasets {_few(missing)} have no entry under `prepare` (defined: {_few(sorted(self.prepare), 30)})"
             )
-        from pipeline.models import MODELS  # late: keeps `import pipeline.config` light
+        from pipeline.models import family_names  # late: keeps `import pipeline.config` light
 
-        unknown = [f for f in self.families if f not in MODELS]
+        unknown = [f for f in self.families if f not in family_names()]
         if unknown:
-            raise ValueError(f"unknown families {_few(unknown)}; valid: {sorted(MODELS)}")
+            raise ValueError(f"unknown families {_few(unknown)}; valid: {family_names()} (a family of your own: "
+                             "`user_families`, README \"Bring your own data and model\")")
         if self.promote.seeds_required > len(self.final.seeds):  # no family could ever be promoted
             raise ValueError(f"promote.seeds_required is {self.promote.seeds_required} but final.seeds lists only "
                              f"{len(self.final.seeds)}; allowed: at most the number of final seeds")
@@ -299,6 +303,9 @@ def params_from(data: Any, path: Path) -> Params:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of sections at the top level, got {type(data).__name__}; "
                           f"allowed keys: {sorted(Params.model_fields)}")
+    from pipeline.families.user import register_project  # late: imports the model zoo
+
+    register_project(data.get("user_families"), path.parent.resolve(), path)
     try:
         return Params.model_validate(data)
     except ValidationError as exc:

@@ -6,7 +6,7 @@ Each bounds its counts and sizes (a typo cannot ask for 10^12 sequences) and nam
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import Field, model_validator
 
@@ -39,11 +39,11 @@ class PrecomputeSpec(_Strict):
     @model_validator(mode="after")
     def _known_family(self) -> "PrecomputeSpec":
         from pipeline.arguments import argument_problem
-        from pipeline.models import MODELS, get_model_class  # late: keeps `import pipeline.config` light
+        from pipeline.models import family_names, get_model_class  # late: keeps `import pipeline.config` light
         from pipeline.models.base import model_arguments
 
-        if self.family not in MODELS:
-            raise ValueError(f"unknown family {self.family!r}; valid: {sorted(MODELS)}")
+        if self.family not in family_names():
+            raise ValueError(f"unknown family {self.family!r}; valid: {family_names()}")
         cls = get_model_class(self.family)
         allowed = cls.input_arguments
         unknown = sorted(set(self.args) - set(allowed))
@@ -66,7 +66,7 @@ class UeaParams(_Strict):
     """A UEA archive dataset: aeon's bundled copy when it ships one, else the archive's zip."""
 
     kind: Literal["uea"]
-    name: str = Field("JapaneseVowels", description="one of the archive's 30 multivariate datasets (uea.py)")
+    name: str = Field("JapaneseVowels", description="any UCR univariate or UEA multivariate dataset aeon lists (uea.py)")
     drop_fraction: float = Field(0.0, ge=0, lt=1, description="observations dropped per series")
     resplit: bool = Field(False, description="pool train+test and split 70/15/15 (Kidger et al.)")
     val_fraction: float = Field(0.2, gt=0, lt=1, description="of train, when not resplit")
@@ -179,9 +179,56 @@ class ImdbParams(_Strict):
     seed: Seed = Field(113, description="Keras load_data's shuffle seed (113, its default), and the validation carve")
 
 
+class LocalParams(_Strict):
+    """Your own data (pipeline/data/local/dataset.py): a long CSV, .npz splits in the processed-dataset
+    contract, or aeon .ts files, as one file or a folder. What is left out is inferred from the
+    labels where that is unambiguous; otherwise prepare names the key to set."""
+
+    kind: Literal["local"]
+    path: str = Field(..., min_length=1, max_length=4096,
+                      description="a file or folder; relative paths are relative to the project root")
+    task: Optional[Literal["classification", "binary", "regression"]] = Field(
+        None, description="default: inferred from the labels (local/__init__.py, `infer_task`)")
+    metric: Optional[Literal["accuracy", "auroc", "mse"]] = Field(
+        None, description="default: accuracy (classification), auroc (binary), mse (regression)")
+    classes: Optional[list[Union[str, int]]] = Field(
+        None, min_length=2, max_length=100_000, description="class names in output order; binary: [negative, positive]")
+    label: str = Field("label", min_length=1, description="the CSV label column")
+    split: str = Field("split", min_length=1, description="the optional CSV column of train/val/test per series")
+    val_fraction: float = Field(0.15, gt=0, lt=1, description="of all series (split by rule), or of train (fixed test)")
+    test_fraction: float = Field(0.15, gt=0, lt=1, description="of all series, when no split is given")
+    seed: Seed = 0
+    per_step: Optional[bool] = Field(None, description="default: true when a label varies within a series")
+    precompute: list[PrecomputeSpec] = Field(default_factory=list, max_length=MAX_PRECOMPUTE)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "LocalParams":
+        if self.val_fraction + self.test_fraction >= 1:
+            raise ValueError(f"val_fraction + test_fraction is {self.val_fraction + self.test_fraction:g}; "
+                             f"allowed: below 1, leaving series to train on")
+        if self.label in ("series", "time") or self.split in ("series", "time", self.label):
+            raise ValueError(f"label {self.label!r} and split {self.split!r} must be two columns other than "
+                             f"'series' and 'time'")
+        if self.metric is not None and self.task is not None and self.metric not in _METRICS[self.task]:
+            raise ValueError(f"metric {self.metric!r} does not fit task {self.task!r}; allowed: {_METRICS[self.task]}")
+        if self.classes is not None:
+            names = [str(c) for c in self.classes]
+            if len(set(names)) != len(names):
+                raise ValueError(f"classes lists {_few(sorted({n for n in names if names.count(n) > 1}))} twice")
+            if self.task == "regression":
+                raise ValueError("classes are for classification and binary tasks, not regression")
+            if self.task == "binary" and len(names) != 2:
+                raise ValueError(f"task binary needs 2 classes [negative, positive]; classes lists {len(names)}")
+        return self
+
+
+# Which metrics fit which task: AUROC scores one probability (binary), accuracy a predicted class.
+_METRICS = {"classification": ["accuracy"], "binary": ["auroc", "accuracy"], "regression": ["mse"]}
+
+
 DatasetParams = Annotated[
     Union[XorParams, UeaParams, SpeechCommandsParams, SepsisParams, Physionet2012Params,
-          PersonActivityParams, Walker2dParams, ImdbParams],
+          PersonActivityParams, Walker2dParams, ImdbParams, LocalParams],
     Field(discriminator="kind"),
 ]
 
@@ -189,5 +236,5 @@ DatasetParams = Annotated[
 _KINDS = {
     "xor": XorParams, "uea": UeaParams, "speech_commands": SpeechCommandsParams, "sepsis": SepsisParams,
     "physionet2012": Physionet2012Params, "person_activity": PersonActivityParams, "walker2d": Walker2dParams,
-    "imdb": ImdbParams,
+    "imdb": ImdbParams, "local": LocalParams,
 }

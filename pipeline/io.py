@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,17 @@ def _output_error(path: Path, exc: OSError, action: str) -> OutputError:
 
 def write_text(path: Path, text: str) -> None:
     """Write via a temporary file in the same folder and rename, so readers never see half a
-    file; on failure (disk full, no permission) the old file, if any, is left as it was."""
+    file; on failure (disk full, no permission) the old file, if any, is left as it was.
+
+    The file gets the mode a plain open() would give it: an existing file's own, else 0666 less
+    the umask (mkstemp's 0600 would make results unreadable to everyone else on a shared machine).
+    """
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        mode = _mode_for(path)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
@@ -45,6 +52,16 @@ def write_text(path: Path, text: str) -> None:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _mode_for(path: Path) -> int:
+    """The permission bits `path` has, or a new file would get under the current umask."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0o022)  # the only way to read it; set straight back
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -37,6 +37,7 @@ from mlflow.tracking import MlflowClient
 
 from pipeline import tracking
 from pipeline.data.contract import Meta, pad_sequences
+from pipeline.data.local.long_csv import SERIES, TIME  # the layout's key columns, shared with the `local` kind
 from pipeline.errors import CtsweepError, DataError
 from pipeline.io import write_text
 from pipeline.promote import ALIAS, registered_name
@@ -44,7 +45,6 @@ from pipeline.screening import FAR_SIGMAS, SHOWN_IDS, _check_output, screen  # n
 
 SUFFIXES = (".npz", ".csv")
 NPZ_ARRAYS = ("x", "t", "mask", "ids")
-SERIES, TIME = "series", "time"
 
 
 @dataclass(frozen=True)

@@ -21,20 +21,29 @@ from mlflow.pyfunc import PythonModelContext
 
 from pipeline.data.contract import Meta, pad_sequences
 from pipeline.metrics import probabilities
-from pipeline.models import get_model_class
+from pipeline.families import user as user_families
+from pipeline.models import get_model_class, is_family
 from pipeline.train import build_model
 
 
 def save_checkpoint(path: Path, family: str, model_kwargs: dict[str, Any], input_channels: int,
                     state_dict: dict[str, torch.Tensor], meta: Meta) -> None:
-    """The model's arguments stored next to its weights, so it rebuilds without any config."""
+    """The model's arguments stored next to its weights, so it rebuilds without any config; a
+    user family's import path too (`model_class`), so it rebuilds where params.yaml is absent."""
+    source = user_families.source_of(family)
     torch.save({"family": family, "model_kwargs": model_kwargs, "input_channels": input_channels,
-                "state_dict": state_dict, "meta": dataclasses.asdict(meta)}, path)
+                "state_dict": state_dict, "meta": dataclasses.asdict(meta),
+                **({"model_class": source.target} if source is not None else {})}, path)
 
 
 def load_checkpoint(path: str | Path) -> tuple[torch.nn.Module, Meta, dict[str, Any]]:
     ckpt = torch.load(path, weights_only=False, map_location="cpu")
     meta = Meta(**ckpt["meta"])
+    if "model_class" in ckpt and not is_family(ckpt["family"]) and user_families.lookup(ckpt["family"]) is None:
+        # Loaded outside the project (`mlflow models serve`, another machine): the module came with
+        # the model (log_pyfunc's code_paths, which MLflow puts on sys.path).
+        user_families.register({ckpt["family"]: user_families.FamilySource(
+            ckpt["family"], ckpt["model_class"], origin=f"the model's checkpoint {path}")})
     model = build_model(ckpt["family"], meta, ckpt["input_channels"], ckpt["model_kwargs"])
     model.load_state_dict(ckpt["state_dict"])
     return model.eval(), meta, ckpt
@@ -100,16 +109,29 @@ class SequenceClassifierModel(mlflow.pyfunc.PythonModel):
         return predict_arrays(self.model, self.meta, self.family, self.model_kwargs, x, t, mask)
 
 
-def log_pyfunc(run_id: str, tracking_uri: str, checkpoint: Path) -> str:
-    """Log the checkpoint as a pyfunc model under `run_id`; returns the model URI."""
+def log_pyfunc(run_id: str, tracking_uri: str, checkpoint: Path, family: str | None = None) -> str:
+    """Log the checkpoint as a pyfunc model under `run_id`; returns the model URI.
+
+    A user family's module (its file, or its top-level package) is logged with it as MLflow
+    `code_paths`, so the registered model loads without the project.
+    """
     mlflow.set_tracking_uri(tracking_uri)
     with mlflow.start_run(run_id=run_id):
-        info = mlflow.pyfunc.log_model(
-            name="model", python_model=SequenceClassifierModel(), artifacts={"checkpoint": str(checkpoint)},
-            # Explicit requirements: inferring them imports and inspects the whole environment.
-            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"],
-        )
+        info = mlflow.pyfunc.log_model(name="model", **_pyfunc_arguments(checkpoint, family))
     return info.model_uri
+
+
+def save_pyfunc(path: Path, checkpoint: Path, family: str | None = None) -> None:
+    """The same model as `log_pyfunc` logs, saved to the folder `path` (no tracking store)."""
+    mlflow.pyfunc.save_model(path=str(path), **_pyfunc_arguments(checkpoint, family))
+
+
+def _pyfunc_arguments(checkpoint: Path, family: str | None) -> dict[str, Any]:
+    code = user_families.code_path(family) if family is not None else None
+    return {"python_model": SequenceClassifierModel(), "artifacts": {"checkpoint": str(checkpoint)},
+            "code_paths": [str(code)] if code is not None else None,
+            # Explicit requirements: inferring them imports and inspects the whole environment.
+            "pip_requirements": [f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"]}
 
 
 def log_model_from_state(run_id: str, tracking_uri: str, family: str, model_kwargs: dict[str, Any],
@@ -117,4 +139,4 @@ def log_model_from_state(run_id: str, tracking_uri: str, family: str, model_kwar
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "checkpoint.pt"
         save_checkpoint(path, family, model_kwargs, input_channels, state_dict, meta)
-        return log_pyfunc(run_id, tracking_uri, path)
+        return log_pyfunc(run_id, tracking_uri, path, family)

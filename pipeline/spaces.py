@@ -421,4 +421,10 @@ def load_space(path: str | Path, family: str | None = None) -> SearchSpace:
 
 
 def space_path(root: Path, family: str) -> Path:
+    """search_spaces/<family>.yaml, or the `space` a user family's params.yaml entry gives."""
+    from pipeline.families.user import source_of
+
+    source = source_of(family)
+    if source is not None and source.space is not None:
+        return Path(source.space)
     return root / "search_spaces" / f"{family}.yaml"

@@ -22,9 +22,10 @@ PACKAGE = Path(__file__).resolve().parent  # pipeline/
 DIGEST_KEY = "inputs_digest"  # in a result record: what it was computed from
 
 # The package paths each stage's dvc.yaml entry lists as deps (tests/test_layout.py checks it).
-SEARCH_CODE = ("models", "data/contract.py", "metrics.py", "spaces.py", "staleness.py", "sweep", "train.py")
+SEARCH_CODE = ("models", "data/contract.py", "metrics.py", "spaces.py", "staleness.py", "sweep", "train.py",
+               "families/user.py")
 FINAL_CODE = ("models", "data/contract.py", "metrics.py", "final.py", "final_seeds.py", "staleness.py", "train.py",
-              "serving.py", "sweep/cluster.py", "sweep/context.py", "sweep/run_lookup.py")
+              "serving.py", "sweep/cluster.py", "sweep/context.py", "sweep/run_lookup.py", "families/user.py")
 
 
 def code_digest(paths: Iterable[str]) -> str:

@@ -45,7 +45,7 @@ def test_check_refuses_an_unknown_uea_archive_name(project: Path) -> None:
     params.write_text(params.read_text().replace("name: EigenWorms", "name: " + "EigenWorm" * 100, 1))
     with pytest.raises(ConfigError) as err:
         check_project(project)
-    assert "key `prepare.eigenworms.name`: unknown UEA dataset 'EigenWormEigenWorm" in str(err.value)
+    assert "key `prepare.eigenworms.name`: unknown UCR/UEA dataset 'EigenWormEigenWorm" in str(err.value)
     assert "EigenWorm" * 10 not in str(err.value) and "'EigenWorms'" in str(err.value)
 
 

@@ -310,3 +310,18 @@ def fetch(files: Sequence[RawFile], raw_dir: Path, lock_path: Path, source: str 
     read_lock(lock_path)  # a damaged lock file is reported now, not after the downloads
     raw_dir.mkdir(parents=True, exist_ok=True)
     return {f.filename: _fetch_one(f, raw_dir, lock_path, source, retries, timeout) for f in files}
+
+
+def record_copies(lock_path: Path, prefix: str, entries: dict[str, dict]) -> None:
+    """Make the lock file's entries under keys starting with `prefix` exactly `entries`.
+
+    For copies of a user's own files (the `local` kind): unlike a download's, their checksum
+    follows the file, so a changed file replaces its entry instead of failing the fetch, and the
+    entry of a file no longer used goes. Unchanged entries leave the lock file untouched.
+    """
+    with _locked(lock_path) as current:
+        for key in [k for k in current if k.startswith(prefix) and k not in entries]:
+            del current[key]
+        for key, entry in entries.items():
+            if current.get(key, {}).get("sha256") != entry["sha256"] or current[key].get("source") != entry.get("source"):
+                current[key] = entry

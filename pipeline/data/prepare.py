@@ -3,7 +3,9 @@
 Each dataset kind is a module of this package exposing
     raw_files(params) -> list[RawFile]               what to download (empty: generated or bundled)
     build(name, params, raw_dir) -> Dataset          raw files (present and verified) -> splits
-and is listed in KINDS under the `kind` its params.yaml section names.
+and is listed in KINDS under the `kind` its params.yaml section names. A kind whose raw files
+are not downloads (`local`: the user's own files) also exposes
+    fetch(p, raw_dir, lock_path, source) -> list[Path]   used instead of the download path
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ KINDS = {
     "person_activity": "person_activity",
     "walker2d": "walker2d",
     "imdb": "imdb",
+    "local": "local",
 }
 
 
@@ -41,7 +44,10 @@ def fetch(p: Any, raw_dir: Path, lock_path: Path, source: str | None = None) -> 
 
     raw_dir always exists afterwards (empty for generated or bundled data), so DVC can track it.
     """
-    paths = fetch_files(kind_module(p.kind).raw_files(p), raw_dir, lock_path, source)
+    module = kind_module(p.kind)
+    if hasattr(module, "fetch"):
+        return module.fetch(p, raw_dir, lock_path, source)
+    paths = fetch_files(module.raw_files(p), raw_dir, lock_path, source)
     return list(paths.values())
 
 

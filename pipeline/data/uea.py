@@ -1,8 +1,15 @@
-"""UEA multivariate time series classification archive (Bagnall et al. 2018), any of its 30 datasets.
+"""The UCR/UEA time series classification archives: any dataset aeon lists, by name.
+
+Names: the 30 of the UEA multivariate archive (Bagnall et al. 2018, pinned below) and the 128 of
+the UCR univariate archive (Dau et al. 2019), as aeon lists them (aeon.datasets.tsc_datasets
+.multivariate and .univariate; the univariate list is read from the installed aeon, pinned at 1.6
+by the project). A univariate dataset is a multivariate one with one channel: everything below
+applies to both.
 
 Source, by name:
-  * BasicMotions and JapaneseVowels: the copies the aeon package ships (aeon/datasets/data/<Name>/
-    <Name>_TRAIN.ts, _TEST.ts); nothing is downloaded.
+  * the copies the aeon package ships (aeon/datasets/data/<Name>/<Name>_TRAIN.ts, _TEST.ts):
+    BasicMotions and JapaneseVowels (multivariate), ACSF1, ArrowHead, GunPoint, ItalyPowerDemand,
+    OSULeaf and PickupGestureWiimoteZ (univariate); nothing is downloaded.
   * every other name: the archive's per-dataset zip, https://timeseriesclassification.com/aeon-toolkit/
     <Name>.zip, the address aeon 1.6's own loader downloads from (aeon/datasets/_data_loaders.py,
     `download_dataset` and `_load_tsc_dataset`); it holds <Name>_TRAIN.ts and <Name>_TEST.ts (at the
@@ -87,22 +94,39 @@ UEA_MULTIVARIATE = (
     "PEMS-SF", "PhonemeSpectra", "RacketSports", "SelfRegulationSCP1", "SelfRegulationSCP2",
     "SpokenArabicDigits", "StandWalkJump", "UWaveGestureLibrary",
 )
-# Those aeon 1.6 ships inside its package (aeon/datasets/data/<Name>/): no download.
-AEON_BUNDLED = ("BasicMotions", "JapaneseVowels")
+# Those aeon 1.6 ships inside its package (aeon/datasets/data/<Name>/ holds both .ts files): no
+# download. Pinned rather than looked up, so which files a dataset fetches never depends on what
+# else happens to lie in that folder (it also holds forecasting and anomaly-detection data).
+AEON_BUNDLED = ("BasicMotions", "JapaneseVowels")  # multivariate
+AEON_BUNDLED_UNIVARIATE = ("ACSF1", "ArrowHead", "GunPoint", "ItalyPowerDemand", "OSULeaf", "PickupGestureWiimoteZ")
+BUNDLED = AEON_BUNDLED + AEON_BUNDLED_UNIVARIATE
 ARCHIVE_URL = "https://timeseriesclassification.com/aeon-toolkit/{name}.zip"
 FILE_SPLITS = ("TRAIN", "TEST")
 
 
+def ucr_univariate() -> tuple[str, ...]:
+    """The UCR univariate archive's 128 names as the installed aeon lists them (imported on use:
+    aeon.datasets takes a second to import)."""
+    from aeon.datasets.tsc_datasets import univariate
+
+    return tuple(univariate)
+
+
+def archive_names() -> tuple[str, ...]:
+    """Every name the `uea` kind accepts: the UEA multivariate and UCR univariate archives."""
+    return UEA_MULTIVARIATE + ucr_univariate()
+
+
 def check_name(name: str) -> None:
-    """ConfigError unless `name` is one of the archive's 30 datasets (spelt as the archive does)."""
-    if name not in UEA_MULTIVARIATE:
-        raise ConfigError(f"unknown UEA dataset {name!r}; valid: {sorted(UEA_MULTIVARIATE, key=str.lower)}")
+    """ConfigError unless `name` is a dataset of either archive (spelt as the archive does)."""
+    if name not in UEA_MULTIVARIATE and name not in ucr_univariate():
+        raise ConfigError(f"unknown UEA dataset {name!r}; valid: {sorted(archive_names(), key=str.lower)}")
 
 
 def raw_files(p: UeaParams) -> list[RawFile]:
     """The archive's zip of the dataset; nothing for the ones aeon ships."""
     check_name(p.name)
-    if p.name in AEON_BUNDLED:
+    if p.name in BUNDLED:
         return []
     return [RawFile(url=ARCHIVE_URL.format(name=p.name), filename=f"{p.name}.zip")]
 
@@ -110,17 +134,22 @@ def raw_files(p: UeaParams) -> list[RawFile]:
 # ---------------------------------------------------------------------------------- reading
 
 
-def read_ts(path: Path, where: str) -> tuple[list[np.ndarray], np.ndarray]:
+def read_ts(path: Path, where: str, targets_ok: bool = False) -> tuple[list[np.ndarray], np.ndarray]:
     """A .ts file -> its series as (L_i, C) float32 arrays and their string labels.
 
-    `where` names the file in errors (for a zip member: "<zip>:<member>").
+    `where` names the file in errors (for a zip member: "<zip>:<member>"). With `targets_ok`, a
+    regression file (`@targetLabel true`) is read too, its targets returned as float64.
     """
     from aeon.datasets import load_from_ts_file
 
     try:
         data, labels, header = load_from_ts_file(str(path), return_meta_data=True)
-    except (OSError, ValueError, IndexError) as exc:
-        raise DataError(f"{where}: not a readable .ts file: {exc}") from exc
+    except (OSError, ValueError, IndexError, KeyError) as exc:
+        raise DataError(f"{where}: not a readable .ts file: {' '.join(str(exc).split())}") from exc
+    if targets_ok and header.get("targetlabel"):
+        if len(labels) == 0:
+            raise DataError(f"{where}: no series after @data")
+        return [np.asarray(s, np.float32).T for s in data], np.asarray(labels, np.float64)
     if not header.get("classlabel") or not header.get("class_values"):
         raise DataError(f"{where}: the header has no `@classLabel true <labels>` line; not a classification file")
     if len(labels) == 0:
@@ -148,7 +177,7 @@ def load_file_split(name: str, split: str, raw_dir: Path | None) -> tuple[list[n
     """One of the archive's files ("TRAIN" or "TEST") of dataset `name`: series (L_i, C) and labels."""
     check_name(name)
     filename = f"{name}_{split}.ts"
-    if name in AEON_BUNDLED:
+    if name in BUNDLED:
         import aeon.datasets
 
         path = Path(aeon.datasets.__file__).parent / "data" / name / filename
@@ -223,7 +252,7 @@ def build(name: str, p: UeaParams, raw_dir: Path | None = None) -> Dataset:
     for split in tqdm(FILE_SPLITS, desc=f"UEA {p.name}", disable=None):
         loaded[split] = load_file_split(p.name, split, raw_dir)
     (train_series, train_labels), (test_series, test_labels) = loaded["TRAIN"], loaded["TEST"]
-    where = p.name if p.name in AEON_BUNDLED else str((raw_dir or Path()) / f"{p.name}.zip")
+    where = p.name if p.name in BUNDLED else str((raw_dir or Path()) / f"{p.name}.zip")
 
     channels = {s.shape[1] for s in train_series + test_series}
     if len(channels) != 1:
@@ -252,14 +281,14 @@ def build(name: str, p: UeaParams, raw_dir: Path | None = None) -> Dataset:
         raise DataError(f"{where}: cannot split {len(train_y) + len(test_y)} series by class: {exc}") from exc
     splits, mean, std = standardise(splits)
 
-    origin = "aeon's bundled copy" if p.name in AEON_BUNDLED else ARCHIVE_URL.format(name=p.name)
+    origin = "aeon's bundled copy" if p.name in BUNDLED else ARCHIVE_URL.format(name=p.name)
     how = ("train+test pooled, 70/15/15 stratified" if p.resplit
            else f"archive test split, {p.val_fraction:.0%} of train for validation")
     dropped = f", {p.drop_fraction:.0%} of observations dropped" if p.drop_fraction else ""
     meta = Meta(
         name=name, task="classification", per_step=False, output_size=len(classes), metric="accuracy",
         channels=[f"c{i}" for i in range(channels.pop())],
-        source=f"UEA {p.name} ({origin}; {how}{dropped}), seed {p.seed}",
+        source=f"{'UEA' if p.name in UEA_MULTIVARIATE else 'UCR'} {p.name} ({origin}; {how}{dropped}), seed {p.seed}",
         sizes={k: len(v) for k, v in splits.items()}, norm_mean=mean.tolist(), norm_std=std.tolist(),
         classes=classes,
     )

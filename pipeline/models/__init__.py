@@ -58,11 +58,28 @@ MODELS: dict[str, type[SequenceModel]] = {
 
 
 def get_model_class(name: str) -> type[SequenceModel]:
-    """Registry lookup; an unknown name raises KeyError listing the valid ones."""
-    try:
+    """Registry lookup, then the user families (pipeline/families/user.py); an unknown name raises
+    KeyError listing the valid ones."""
+    if name in MODELS:
         return MODELS[name]
-    except KeyError:
-        raise KeyError(f"unknown model {name!r}; valid: {sorted(MODELS)}") from None
+    from pipeline.families.user import lookup  # late: it imports this package
+
+    cls = lookup(name)
+    if cls is None:
+        raise KeyError(f"unknown model {name!r}; valid: {family_names()}")
+    return cls
 
 
-__all__ = ["MODELS", "SequenceModel", "get_model_class"]
+def family_names() -> list[str]:
+    """Every family this process can build: the built-in ones and the registered user families."""
+    from pipeline.families.user import names
+
+    return sorted({*MODELS, *names()})
+
+
+def is_family(name: str) -> bool:
+    """Whether `name` is a built-in or registered user family (entry points count once registered)."""
+    return name in family_names()
+
+
+__all__ = ["MODELS", "SequenceModel", "family_names", "get_model_class", "is_family"]

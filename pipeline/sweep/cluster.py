@@ -12,6 +12,7 @@ from typing import Any
 import ray
 
 from pipeline import allocator, interrupts
+from pipeline.families import user as user_families
 from pipeline.config import Resources
 from pipeline.errors import ConfigError, ResourceError
 
@@ -72,6 +73,10 @@ def ray_session(dashboard: bool = False) -> Iterator[None]:
     if address:
         _use_token_when_available()
     options = {} if address else _local_options(dashboard)
+    carried = {k: os.environ[k] for k in (user_families.ENV,) if k in os.environ}
+    if carried:  # the user's own families, for every trial process wherever it runs (pipeline/families/user.py)
+        runtime_env = options.setdefault("runtime_env", {})
+        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **carried}
     try:
         with interrupts.deferred():  # a signal during start-up or shutdown is raised after it, not inside Ray
             ray.init(address=address or "local", log_to_driver=bool(os.environ.get("CTSWEEP_RAY_LOGS")),

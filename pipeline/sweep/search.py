@@ -35,6 +35,7 @@ from ray import tune
 from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
 
 from pipeline import staleness, tracking
+from pipeline.families import user as user_families
 from pipeline.config import Resources, SearchParams
 from pipeline.data.contract import Dataset, load_dataset, load_meta
 from pipeline.data.inputs import fingerprint as data_fingerprint
@@ -78,8 +79,10 @@ def time_limit_key(p: SearchParams, family: str) -> str:
 
 def search_fingerprint(dataset: str, family: str, p: SearchParams, space_file: Path, data_dir: Path) -> str:
     """What a search's results depend on: a rerun with the same fingerprint may resume it."""
+    code = user_families.code_digest(family)  # a family of the user's: its code too (built-in: the stage's digest)
     blob = json.dumps({"dataset": dataset, "family": family, "params": p.model_dump(),
-                       "space": space_file.read_text(), "data": data_fingerprint(data_dir)}, sort_keys=True)
+                       "space": space_file.read_text(), "data": data_fingerprint(data_dir),
+                       **({"code": code} if code else {})}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
