@@ -336,12 +336,17 @@ def new_family_command(
     _names(name=name)
     from pipeline.families.template import new_family
 
+    from pipeline.families.template import MODEL_STAGES, PACKAGE
+
     base = project_root(root)
-    for path in new_family(base, name):
+    written = new_family(base, name)
+    for path in written:
         typer.echo(f"wrote {path.relative_to(base)}")
-    typer.echo(f"next: `ctsweep check-family {name}`, then add {name} to params.yaml `families`; "
-               f"list my_families under the search and final stages' deps in dvc.yaml so DVC reruns them "
-               f"when the model changes")
+    typer.echo(f"next: `ctsweep check-family {name}`, then add {name} to params.yaml `families` to search it "
+               f"beside the others")
+    if (base / "dvc.yaml").is_file() and base / "dvc.yaml" not in written:
+        typer.echo(f"dvc.yaml: make sure the {' and '.join(MODEL_STAGES)} stages list {PACKAGE} under `deps`, so "
+                   f"`dvc repro` reruns them when your model changes")
 
 
 def main() -> None:

@@ -59,9 +59,15 @@ def _mode_for(path: Path) -> int:
     try:
         return stat.S_IMODE(path.stat().st_mode)
     except FileNotFoundError:
-        umask = os.umask(0o022)  # the only way to read it; set straight back
-        os.umask(umask)
-        return 0o666 & ~umask
+        return new_mode()
+
+
+def new_mode(folder: bool = False) -> int:
+    """The mode open() (0666) or mkdir() (0777) gives under the current umask: what a file or
+    folder made through mkstemp / mkdtemp (0600 / 0700) is set to before it is moved into place."""
+    umask = os.umask(0o022)  # the only way to read it; set straight back
+    os.umask(umask)
+    return (0o777 if folder else 0o666) & ~umask
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pipeline.interrupts import deferred
+from pipeline.io import new_mode
 
 
 @contextlib.contextmanager
@@ -27,11 +28,12 @@ def staged(folder: Path) -> Iterator[Path]:
     try:
         yield stage
         files = sorted(p for p in stage.rglob("*") if p.is_file())
+        mode = new_mode()
         with deferred():  # a signal now would leave a mix of old and new files
             for path in files:
                 target = folder / path.relative_to(stage)
                 target.parent.mkdir(parents=True, exist_ok=True)
-                os.chmod(path, 0o644)  # mkstemp's 0600 would hide reports from other users of the machine
+                os.chmod(path, mode)  # mkstemp's 0600 would hide reports from other users of the machine
                 os.replace(path, target)
     finally:
         shutil.rmtree(stage, ignore_errors=True)

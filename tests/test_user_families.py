@@ -154,14 +154,19 @@ def test_a_fresh_process_finds_the_declared_families_through_the_environment(tmp
 
 
 def test_the_template_family_passes_check_family_as_written(tmp_path: Path) -> None:
-    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")  # the real one, comments and all
+    for name in ("params.yaml", "dvc.yaml"):  # the real ones, comments and all
+        shutil.copy(REPO / name, tmp_path / name)
     written = new_family(tmp_path, "my-gru")
     assert [p.relative_to(tmp_path).as_posix() for p in written] == [
         "my_families/__init__.py", "my_families/my_gru.py", "search_spaces/my-gru.yaml",
-        "tests/test_family_my_gru.py", "params.yaml"]
+        "tests/test_family_my_gru.py", "params.yaml", "dvc.yaml"]
+    stages = yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]
+    assert all(stages[s]["do"]["deps"][0] == "my_families" for s in ("search", "final"))
+    assert stages["prepare"] == yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["prepare"]
+    assert new_family(tmp_path, "second")[-1].name == "params.yaml"  # dvc.yaml lists the package once
     text = (tmp_path / "params.yaml").read_text()
     assert text.startswith((REPO / "params.yaml").read_text())  # kept as it was, the entry added at the end
-    assert yaml.safe_load(text)["user_families"] == {"my-gru": "my_families.my_gru:MyGru"}
+    assert yaml.safe_load(text)["user_families"]["my-gru"] == "my_families.my_gru:MyGru"
     result = CliRunner().invoke(app, ["check-family", "my-gru", "--root", str(tmp_path)])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pipeline.interrupts import deferred
-from pipeline.io import corrupt, read_json
+from pipeline.io import corrupt, new_mode, read_json
 from pipeline.schema import NUMBER, ListOf, MapOf, problem
 
 SPLITS = ("train", "val", "test")
@@ -156,6 +156,7 @@ def save_dataset(folder: Path, dataset: Dataset, extra: Callable[[Path], None] |
         (tmp / "meta.json").write_text(json.dumps(asdict(dataset.meta), indent=2) + "\n")
         if extra is not None:
             extra(tmp)
+        tmp.chmod(new_mode(folder=True))  # mkdtemp's 0700 would hide the dataset from other users
         with deferred():  # SIGINT / SIGTERM wait for the swap: never the old folder gone and the new not in place
             old = folder.with_name(f".{folder.name}-old-{os.getpid()}")
             if folder.exists():

@@ -136,7 +136,41 @@ def new_family(root: Path, name: str) -> list[Path]:
     if params_path.is_file():
         declare(params_path, name, f"{PACKAGE}.{module}:{class_name(name)}")
         written.append(params_path)
+    if (root / "dvc.yaml").is_file() and depend_on_package(root / "dvc.yaml"):
+        written.append(root / "dvc.yaml")
     return written
+
+
+# The stages that build models: DVC reruns them when a file under my_families/ changes (as it
+# does for pipeline/models), and ctsweep then redoes only the families whose code changed.
+MODEL_STAGES = ("search", "final")
+
+
+def depend_on_package(dvc_path: Path) -> bool:
+    """Add my_families/ to the deps of dvc.yaml's search and final stages (text kept otherwise);
+    False when it is there already or the file is not laid out as ctsweep's own (then the
+    `new-family` output says what to add)."""
+    lines = dvc_path.read_text().splitlines(keepends=True)
+    stage, added = None, 0
+    for i, line in enumerate(list(lines)):
+        if line.startswith("  ") and not line.startswith("   ") and line.strip().endswith(":"):
+            stage = line.strip()[:-1]
+        if stage in MODEL_STAGES and line.strip() == "deps:":
+            indent = " " * (len(line) - len(line.lstrip()) + 2)
+            lines.insert(i + 1 + added, f"{indent}- {PACKAGE}   # this project's own families (ctsweep new-family)\n")
+            added += 1
+    text = "".join(lines)
+    try:
+        stages = (yaml.safe_load(text) or {}).get("stages", {})
+        ok = added == len(MODEL_STAGES) and all(PACKAGE in stages[s]["do"]["deps"] for s in MODEL_STAGES)
+    except (yaml.YAMLError, KeyError, TypeError, AttributeError):
+        ok = False
+    before = (yaml.safe_load(dvc_path.read_text()) or {}).get("stages", {})
+    present = all(PACKAGE in (before.get(s, {}).get("do", {}).get("deps") or []) for s in MODEL_STAGES)
+    if present or not ok:
+        return False
+    write_text(dvc_path, text)
+    return True
 
 
 def declare(params_path: Path, name: str, target: str) -> None:
