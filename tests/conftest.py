@@ -20,6 +20,20 @@ def write_params(root: Path, params: dict) -> Path:
     return path
 
 
+def readme_blocks(section: str, language: str) -> list[str]:
+    """The fenced code blocks in `language` of the README section headed `section` ("## ..."),
+    dedented (blocks inside list items are indented)."""
+    import re
+    import textwrap
+
+    text = (REPO / "README.md").read_text()
+    start = text.index(section)
+    end = text.find("\n## ", start + len(section))
+    body = text[start:end if end >= 0 else None]
+    found = re.findall(r"^( *)```" + language + r"\n(.*?)^\1```", body, flags=re.S | re.M)
+    return [textwrap.dedent(code) for _, code in found]
+
+
 def default_params() -> dict:
     return yaml.safe_load((REPO / "params.yaml").read_text())
 

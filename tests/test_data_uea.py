@@ -266,7 +266,7 @@ def test_malformed_archive_names_the_member(tmp_path, http_server, case, message
 
 def test_unknown_name_fails_before_any_download(tmp_path, http_server) -> None:
     p = UeaParams(kind="uea", name="EigenWorm")
-    with pytest.raises(ConfigError, match=r"unknown UEA dataset 'EigenWorm'; valid: \[.*'EigenWorms'.*'UWaveGestureLibrary'"):
+    with pytest.raises(ConfigError, match=r"unknown UCR/UEA dataset 'EigenWorm'; valid: \[.*'EigenWorms'.*'UWaveGestureLibrary'"):
         run_prepare(tmp_path, http_server, "x", p)
     assert http_server.requests == [] and not (tmp_path / "raw" / "x").exists()
 

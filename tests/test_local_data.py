@@ -179,7 +179,7 @@ def test_ucr_univariate_name_from_aeons_bundled_copy(tmp_path: Path) -> None:
 
 
 def test_unknown_archive_name_lists_univariate_names_too(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"unknown UEA dataset 'GunPont'; valid: \[.*'GunPoint'.*'JapaneseVowels'"):
+    with pytest.raises(ConfigError, match=r"unknown UCR/UEA dataset 'GunPont'; valid: \[.*'GunPoint'.*'JapaneseVowels'"):
         run(tmp_path, "g", params=UeaParams(kind="uea", name="GunPont"))
 
 

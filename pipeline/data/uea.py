@@ -120,7 +120,7 @@ def archive_names() -> tuple[str, ...]:
 def check_name(name: str) -> None:
     """ConfigError unless `name` is a dataset of either archive (spelt as the archive does)."""
     if name not in UEA_MULTIVARIATE and name not in ucr_univariate():
-        raise ConfigError(f"unknown UEA dataset {name!r}; valid: {sorted(archive_names(), key=str.lower)}")
+        raise ConfigError(f"unknown UCR/UEA dataset {name!r}; valid: {sorted(archive_names(), key=str.lower)}")
 
 
 def raw_files(p: UeaParams) -> list[RawFile]:
