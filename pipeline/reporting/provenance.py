@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pipeline.config import read_yaml
 
@@ -23,15 +23,43 @@ def git_commit(root: Path) -> str:
         head = git("rev-parse", "HEAD")
     except (OSError, subprocess.CalledProcessError):
         return "not a git repository (or no commit yet)"
-    # Tracked files that differ from HEAD, except what the pipeline run itself writes: `dvc repro`
-    # deletes the report's outputs before running it and updates dvc.lock stage by stage (its
-    # hashes are part of the stamp anyway).
-    dirty = [f for f in git("diff", "HEAD", "--name-only").splitlines()
-             if f != "dvc.lock" and not f.startswith("reports/")]
+    dirty = [f for f in git("diff", "HEAD", "--name-only").splitlines() if not _written_by_the_run(root, f, git)]
     if not dirty:
         return head
     shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
     return f"{head} (uncommitted changes: {shown})"
+
+
+# What the pipeline run itself writes into tracked files: `dvc repro` deletes the report's outputs
+# before running it and updates dvc.lock stage by stage (its hashes are part of the stamp anyway);
+# `fetch` records raw files' checksums in data/raw.lock (the data's hashes are in dvc.lock too).
+RUN_WRITES = ("dvc.lock", "data/raw.lock")
+
+
+def _written_by_the_run(root: Path, name: str, git: Callable[..., str]) -> bool:
+    """Whether the change to tracked file `name` is the run's own bookkeeping, not the user's edit.
+
+    Besides RUN_WRITES and reports/, DVC adds each output it creates to the .gitignore of its
+    folder: a .gitignore whose every changed line is `/<name>` of a DVC output is DVC's.
+    """
+    if name in RUN_WRITES or name.startswith("reports/"):
+        return True
+    if Path(name).name != ".gitignore":
+        return False
+    changed = [line[1:] for line in git("diff", "HEAD", "-U0", "--", name).splitlines()
+               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    folder = Path(name).parent
+    outs = _dvc_outputs(root)
+    return bool(changed) and all(line.startswith("/") and (folder / line[1:]).as_posix() in outs for line in changed)
+
+
+def _dvc_outputs(root: Path) -> set[str]:
+    """Every output path dvc.lock records (relative to the project root)."""
+    lock_path = root / "dvc.lock"
+    if not lock_path.exists():
+        return set()
+    lock = read_yaml(lock_path, max_bytes=64 << 20) or {}
+    return {o["path"] for entry in (lock.get("stages") or {}).values() for o in entry.get("outs", [])}
 
 
 def dvc_hashes(root: Path, stages: list[str], families: list[str] | None = None) -> dict[str, dict[str, str]]:
