@@ -46,7 +46,8 @@ def open_parent(client: tracking.MlflowClient, exp_id: str, dataset: str, family
     if previous is not None:
         run_id = previous.info.run_id
         client.update_run(run_id, status="RUNNING")
-        tracking.set_tags(client, run_id, {"attempts": int(previous.data.tags.get("attempts", "1")) + 1})
+        tracking.set_tags(client, run_id, {"attempts": int(previous.data.tags.get("attempts", "1")) + 1,
+                                           tracking.RUN_LEVEL_TAG: tracking.PARENT_LEVEL})
         for stale in ("interrupted", "error"):  # it runs again; the earlier outcome is in `attempts`
             if stale in previous.data.tags:
                 client.delete_tag(run_id, stale)

@@ -37,8 +37,10 @@ class SeedJob:
 
     @property
     def run_name(self) -> str:
+        """`seed-<n>/final/<family>`, a robustness rerun `seed-<n>/lr-x<f>/final/<family>`: what
+        tells a final run's children apart comes first, before MLflow's runs table cuts the name."""
         nominal = self.lr_factor == 1.0
-        return f"final/{self.family}/{'' if nominal else f'lr-x{self.lr_factor:g}/'}seed-{self.seed}"
+        return f"seed-{self.seed}/{'' if nominal else f'lr-x{self.lr_factor:g}/'}final/{self.family}"
 
     @property
     def tags(self) -> dict[str, Any]:
@@ -75,9 +77,10 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
         if job.lr_factor == 1.0:  # a resumed stage reuses this seed instead of training it again
             final_resume.save_state(client, run_id, run.best_state)
     except Exception as exc:
-        tracking.finish(client, run_id, exc)
+        tracking.finish(client, run_id, exc, outcome=tracking.FAILED_OUTCOME)
         raise
-    tracking.finish(client, run_id)
+    # `stop` says why it ended; ending before the last epoch (patience, time limit) is not a failure
+    tracking.finish(client, run_id, outcome=tracking.COMPLETED if run.stop == "max_epochs" else tracking.STOPPED_EARLY)
     if job.lr_factor != 1.0:  # robustness reruns only report scores: no weights through the object store
         return {**result, "lr_factor": job.lr_factor}
     return {**result, "lr_factor": job.lr_factor, "state_dict": run.best_state}

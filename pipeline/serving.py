@@ -17,7 +17,9 @@ import mlflow
 import numpy as np
 import pandas as pd
 import torch
+from mlflow.models import ModelSignature
 from mlflow.pyfunc import PythonModelContext
+from mlflow.types.schema import AnyType, Array, ColSpec, Schema, TensorSpec
 
 from pipeline.data.contract import Meta, pad_sequences
 from pipeline.metrics import probabilities
@@ -92,8 +94,17 @@ class SequenceClassifierModel(mlflow.pyfunc.PythonModel):
     a dict of padded arrays {"x": (N, L, C), "t": (N, L), optional "mask": (N, L)} works too.
     The hint is `pd.DataFrame`, one of the types MLflow 3 takes without deriving a schema: with no
     hint, or one it cannot turn into a schema (dict[str, np.ndarray]), MLflow warns whenever this
-    class is defined, i.e. before every `final` or `predict` error. No signature is logged (MLflow
-    says so once when logging): with one, MLflow would turn a dict input into a DataFrame.
+    class is defined, i.e. before every `final` or `predict` error.
+
+    The logged signature (`signature`) names both forms, every column optional. MLflow enforces a
+    column signature before `predict` sees the input, and turns a dict into a DataFrame: a dict
+    whose arrays have more than one dimension becomes one row per series of nested lists, which
+    no column signature of the long table accepts, unless one of the signature's columns is an
+    Array, in which case MLflow 3.17 wraps the whole dict in a single row, each cell the array as
+    given. So `x`, `t` and `mask` are Array(Any) columns (a typed Array(Array(Array(double)))
+    would be checked element by element in Python: seconds per thousand series), and `predict`
+    unwraps that row. A tensor signature ({"x", "t", "mask"} as TensorSpecs) would refuse the
+    long table instead: MLflow requires every tensor input by name.
     """
 
     def load_context(self, context: PythonModelContext) -> None:
@@ -102,11 +113,53 @@ class SequenceClassifierModel(mlflow.pyfunc.PythonModel):
 
     def predict(self, context: PythonModelContext | None, model_input: pd.DataFrame,
                 params: dict[str, Any] | None = None) -> np.ndarray:
-        if isinstance(model_input, pd.DataFrame):
+        if isinstance(model_input, pd.DataFrame) and "x" in model_input.columns:  # the dict, as MLflow wrapped it
+            x, t, mask = _unwrap_arrays(model_input)
+        elif isinstance(model_input, pd.DataFrame):
             x, t, mask = frame_to_arrays(model_input, self.meta.channels)
-        else:
+        else:  # the dict itself (the unwrapped python model: no schema enforced)
             x, t, mask = model_input["x"], model_input["t"], model_input.get("mask")
         return predict_arrays(self.model, self.meta, self.family, self.model_kwargs, x, t, mask)
+
+
+ARRAY_INPUTS = ("x", "t", "mask")  # the padded form's keys; `mask` may be left out
+
+
+def _unwrap_arrays(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The padded arrays of a dict input, from the one row MLflow's schema enforcement made of it."""
+    if len(frame) != 1 or "t" not in frame.columns:
+        raise ValueError(f"model input: padded arrays need keys x (N, L, C) and t (N, L), optional mask (N, L), "
+                         f"as one dict; got columns {list(frame.columns)} in {len(frame)} row(s)")
+    row = frame.iloc[0]
+    mask = row["mask"] if "mask" in frame.columns else None
+    mask = None if mask is None or (np.isscalar(mask) and pd.isna(mask)) else np.asarray(mask, bool)
+    return np.asarray(row["x"], np.float32), np.asarray(row["t"], np.float32), mask
+
+
+def input_example(meta: Meta) -> pd.DataFrame:
+    """A long table of two short series (8 and 6 observations, times 0, 1, ...) in the dataset's
+    channels, each at its training mean (a token dataset: token id 1): what the UI shows as the
+    model's input example, and what MLflow runs the model on to check it when logging."""
+    rows = []
+    for series, length in (("s0", 8), ("s1", 6)):
+        for step in range(length):
+            values = [1.0 if meta.vocab_size else float(m) for m in (meta.norm_mean or [0.0] * len(meta.channels))]
+            rows.append({"series": series, "time": float(step), **dict(zip(meta.channels, values))})
+    return pd.DataFrame(rows, columns=["series", "time", *meta.channels])
+
+
+def signature(meta: Meta, output: np.ndarray) -> ModelSignature:
+    """Both input forms, every column optional (see SequenceClassifierModel): the long table's
+    `series` (any ids), `time` and one column per channel of `meta.channels`, and the padded
+    form's `x`, `t`, `mask`; the output as the model returned it on the input example (a float32
+    tensor: (-1,) for binary, (-1, K) for classes or outputs, an L axis more for per-step tasks)."""
+    # `time` and the channels are Any, not double: MLflow refuses to convert int64 columns to double
+    # ("Can not safely convert"), and pandas reads a CSV of whole numbers (times 0, 1, 2) as int64.
+    inputs = Schema([ColSpec(AnyType(), "series", required=False), ColSpec(AnyType(), "time", required=False),
+                     *(ColSpec(AnyType(), c, required=False) for c in meta.channels),
+                     *(ColSpec(Array(AnyType()), k, required=False) for k in ARRAY_INPUTS)])
+    shape = (-1, *np.asarray(output).shape[1:])
+    return ModelSignature(inputs=inputs, outputs=Schema([TensorSpec(np.asarray(output).dtype, shape)]))
 
 
 def log_pyfunc(run_id: str, tracking_uri: str, checkpoint: Path, family: str | None = None) -> str:
@@ -127,9 +180,15 @@ def save_pyfunc(path: Path, checkpoint: Path, family: str | None = None) -> None
 
 
 def _pyfunc_arguments(checkpoint: Path, family: str | None) -> dict[str, Any]:
+    """log_model / save_model's arguments: the model, its checkpoint and code, and a signature
+    and input example built from the checkpoint's dataset metadata (its channels)."""
     code = user_families.code_path(family) if family is not None else None
+    model, meta, ckpt = load_checkpoint(checkpoint)
+    example = input_example(meta)
+    output = predict_arrays(model, meta, ckpt["family"], ckpt["model_kwargs"], *frame_to_arrays(example, meta.channels))
     return {"python_model": SequenceClassifierModel(), "artifacts": {"checkpoint": str(checkpoint)},
             "code_paths": [str(code)] if code is not None else None,
+            "signature": signature(meta, output), "input_example": example,
             # Explicit requirements: inferring them imports and inspects the whole environment.
             "pip_requirements": [f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"]}
 

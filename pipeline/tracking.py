@@ -37,6 +37,15 @@ from sqlalchemy.exc import SQLAlchemyError
 from pipeline.errors import CtsweepError
 
 PARENT_TAG = "mlflow.parentRunId"
+# Set on every run start_run creates: "parent" (a search or a final evaluation) or "child" (a
+# trial, a seed), so a filter such as `tags.stage = 'final' and tags.run_level = 'child'` finds
+# the seeds alone (the parent carries the same stage, family and dataset tags).
+RUN_LEVEL_TAG = "run_level"
+PARENT_LEVEL, CHILD_LEVEL = "parent", "child"
+# How a child run ended, beside its MLflow status: a trial ASHA or patience stopped early ends
+# FINISHED like a completed one (it did not fail), told apart by this tag; real failures end FAILED.
+OUTCOME_TAG = "outcome"
+COMPLETED, STOPPED_EARLY, FAILED_OUTCOME = "completed", "stopped_early", "failed"
 HEALTH_TIMEOUT_S = 5.0
 # Waits before each retry of a write that found the SQLite store locked. Each attempt itself
 # already waited MLflow's 20 s busy timeout, so five retries span about two minutes.
@@ -227,8 +236,8 @@ def _retry_locked(write: Callable[[], T], uri: str, what: str,
 
 def start_run(client: MlflowClient, exp_id: str, name: str, tags: dict[str, Any],
               parent_run_id: str | None = None) -> str:
-    """Create a run with string tags (and the parent link) and return its id."""
-    all_tags = {k: str(v) for k, v in tags.items()}
+    """Create a run with string tags (and the parent link, and RUN_LEVEL_TAG) and return its id."""
+    all_tags = {RUN_LEVEL_TAG: CHILD_LEVEL if parent_run_id else PARENT_LEVEL, **{k: str(v) for k, v in tags.items()}}
     if parent_run_id:
         all_tags[PARENT_TAG] = parent_run_id
     run = _retry_locked(lambda: client.create_run(exp_id, run_name=name, tags=all_tags),
@@ -255,10 +264,15 @@ def set_tags(client: MlflowClient, run_id: str, tags: dict[str, Any]) -> None:
     _retry_locked(lambda: client.log_batch(run_id, tags=batch), client.tracking_uri, f"set tags of {run_id}")
 
 
-def finish(client: MlflowClient, run_id: str, error: BaseException | None = None) -> None:
-    """Mark a run FINISHED, or FAILED with the error message as a tag."""
+def finish(client: MlflowClient, run_id: str, error: BaseException | None = None,
+           outcome: str | None = None) -> None:
+    """Mark a run FINISHED, or FAILED with the error message as a tag; `outcome` (a child run's
+    COMPLETED, STOPPED_EARLY or FAILED_OUTCOME) goes to OUTCOME_TAG."""
+    tags = {} if outcome is None else {OUTCOME_TAG: outcome}
     if error is not None:
-        set_tags(client, run_id, {"error": f"{type(error).__name__}: {error}"[:4000]})
+        tags["error"] = f"{type(error).__name__}: {error}"[:4000]
+    if tags:
+        set_tags(client, run_id, tags)
     terminate(client, run_id, "FAILED" if error is not None else "FINISHED")
 
 

@@ -34,6 +34,13 @@ def readme_blocks(section: str, language: str) -> list[str]:
     return [textwrap.dedent(code) for _, code in found]
 
 
+def stages_run(dvc_output: str) -> list[str]:
+    """The stages a `dvc repro` ran, in order, from its output ("Running stage 'search@d':")."""
+    import re
+
+    return re.findall(r"Running stage '([^']+)'", dvc_output)
+
+
 def default_params() -> dict:
     return yaml.safe_load((REPO / "params.yaml").read_text())
 

@@ -22,7 +22,7 @@ from pipeline.data.xor import build as build_xor
 from pipeline.final import final_many
 from pipeline.paths import final_result_path, processed_dir, search_result_path
 from pipeline.sweep.cluster import PENDING_TRIALS_ENV, SNAPSHOT_WARNING_ENV, pending_trials, trial_slots
-from pipeline.sweep.families import FAMILY_KEY, FamilySearcher
+from pipeline.sweep.families import FAMILY_KEY, TRIAL_NUMBER_KEY, FamilySearcher
 from pipeline.sweep.scheduling import make_searcher
 from pipeline.sweep.search import search_many
 import yaml
@@ -44,9 +44,10 @@ def test_families_take_turns_within_their_budgets_and_caps() -> None:
     s = _family_searcher({"a": 3, "b": 1}, max_concurrent=2)
     given = [s.suggest(f"t{i}") for i in range(4)]
     assert [g[FAMILY_KEY] for g in given[:3]] == ["a", "b", "a"] and given[3] is None  # a at its cap, b spent
+    assert [g[TRIAL_NUMBER_KEY] for g in given[:3]] == [0, 0, 1]  # each family's own study numbers its trials
     s.on_trial_complete("t0", {"val_metric": 0.5, "epoch": 3})
     again = s.suggest("t4")
-    assert again[FAMILY_KEY] == "a" and set(again) == {FAMILY_KEY, "lr"}
+    assert again[FAMILY_KEY] == "a" and set(again) == {FAMILY_KEY, TRIAL_NUMBER_KEY, "lr"}
     assert s.suggest("t5") == Searcher.FINISHED and s.total_samples == 4  # every budget given out
     for trial in ("t1", "t2", "t4"):  # the live trials are still told to their studies
         s.on_trial_complete(trial, {"val_metric": 0.4, "epoch": 3})

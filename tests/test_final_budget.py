@@ -59,6 +59,7 @@ def test_a_seed_whose_validation_stops_improving_stops_after_patience_epochs(roo
     client = tracking.MlflowClient(tracking.tracking_uri(root))
     run = client.get_run(record["seeds"][0]["mlflow_run_id"])
     assert run.data.tags["stop"] == "patience" and run.info.status == "FINISHED"
+    assert run.data.tags["outcome"] == "stopped_early"  # ended before its last epoch, not failed
     assert json.loads(final_result_path(root, "xor", "cfc").read_text())["seeds"][0]["stop"] == "patience"
 
 
@@ -77,6 +78,26 @@ def test_without_patience_every_epoch_runs_and_the_best_epoch_is_kept(root: Path
         assert len(history) == 4 and seed["val_loss"] == pytest.approx(history[seed["best_epoch"]], rel=1e-5)
         assert client.get_run(seed["mlflow_run_id"]).data.metrics["best_epoch"] == seed["best_epoch"]
     assert record["val_loss_mean"] == pytest.approx(sum(s["val_loss"] for s in record["seeds"]) / 2)
+
+
+def test_seed_runs_are_named_seed_first_and_the_readme_filter_finds_exactly_the_seeds(root: Path) -> None:
+    _searched(root, CONFIG)
+    record = final(root, "xor", "cfc", FinalParams(seeds=[1, 2], lr_factors=[0.5], epochs=1))
+    client = tracking.MlflowClient(tracking.tracking_uri(root))
+    exp = client.get_experiment_by_name("ctsweep/xor").experiment_id
+    runs = client.search_runs([exp], "tags.family = 'cfc'")
+    assert sorted(r.info.run_name for r in runs) == [
+        "final/cfc", "seed-1/final/cfc", "seed-1/lr-x0.5/final/cfc", "seed-2/final/cfc", "seed-2/lr-x0.5/final/cfc"]
+    # The README's filters: the parent carries stage `final` too, `run_level` leaves it out
+    assert len(client.search_runs([exp], "tags.stage = 'final' and tags.family = 'cfc'")) == 3
+    seeds = client.search_runs([exp], "tags.stage = 'final' and tags.run_level = 'child' and tags.family = 'cfc'")
+    assert sorted(r.info.run_id for r in seeds) == sorted(s["mlflow_run_id"] for s in record["seeds"])
+    [parent] = client.search_runs([exp], "tags.stage = 'final' and tags.run_level = 'parent' and tags.family = 'cfc'")
+    assert parent.info.run_id == record["mlflow_parent_run_id"]
+    reruns = client.search_runs([exp], "tags.stage = 'robustness' and tags.lr_factor = '0.5' and "
+                                       "tags.run_level = 'child'")
+    assert sorted(r.data.tags["seed"] for r in reruns) == ["1", "2"]
+    assert all((r.info.status, r.data.tags["outcome"]) == ("FINISHED", "completed") for r in [*seeds, *reruns])
 
 
 def test_the_wall_clock_cap_stops_a_seed_between_epochs(root: Path) -> None:

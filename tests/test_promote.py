@@ -110,6 +110,41 @@ def test_registered_version_carries_metrics_and_config(root: Path) -> None:
     assert _champion(root).description == "a: validation accuracy 80.00 ± 1.00, test 80.00 ± 1.00 over 5 seeds"
 
 
+def test_the_registered_model_has_a_signature_and_example_and_takes_both_input_forms(root: Path) -> None:
+    import mlflow
+    import numpy as np
+    import pandas as pd
+    from mlflow.models import Model
+
+    _final(root, "cfc", 0.8)
+    assert promote_dataset(root, DATASET, ["cfc"], PromoteParams())["alias_moved"]
+    uri = f"models:/ctsweep-{DATASET}@champion"
+    info = Model.load(uri)  # the MLmodel file the UI shows
+    inputs = {c["name"]: (c["type"], c.get("required", True)) for c in info.signature.inputs.to_dict()}
+    assert inputs == {"series": ("any", False), "time": ("any", False), "a": ("any", False),
+                      "b": ("any", False), "x": ("array", False), "t": ("array", False), "mask": ("array", False)}
+    assert info.signature.outputs.to_dict() == [{"type": "tensor", "tensor-spec": {"dtype": "float32",
+                                                                                  "shape": (-1, 3)}}]
+    example = info.load_input_example(mlflow.artifacts.download_artifacts(uri))
+    assert list(example.columns) == ["series", "time", "a", "b"] and set(example["series"]) == {"s0", "s1"}
+
+    model = mlflow.pyfunc.load_model(uri)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 4, 2)).astype(np.float32)
+    x[1, 3] = np.nan  # the second series is one step shorter
+    t = np.tile(np.arange(4, dtype=np.float32), (3, 1))
+    mask = ~np.isnan(x).all(-1)
+    frame = pd.DataFrame([{"series": f"s{i}", "time": float(t[i, j]), "a": float(x[i, j, 0]), "b": float(x[i, j, 1])}
+                          for i in range(3) for j in range(4) if mask[i, j]])
+    from_arrays = model.predict({"x": x, "t": t, "mask": mask})
+    assert from_arrays.shape == (3, 3)
+    np.testing.assert_allclose(model.predict(frame), from_arrays, rtol=1e-6)
+    whole = frame.assign(time=frame["time"].astype(np.int64))  # as pandas reads a CSV of whole-number times
+    np.testing.assert_allclose(model.predict(whole), from_arrays, rtol=1e-6)
+    np.testing.assert_allclose(model.predict({"x": x, "t": t}), from_arrays, rtol=1e-6)  # mask left out
+    np.testing.assert_allclose(model.predict(example), model.unwrap_python_model().predict(None, example), rtol=1e-6)
+
+
 def test_side_by_side_shows_both_and_marks_config_changes(root: Path) -> None:
     _final(root, "a", 0.8, config={**KWARGS, "lr": 0.001})
     promote_dataset(root, DATASET, ["a"], PromoteParams())

@@ -15,7 +15,7 @@ from pipeline.errors import ConfigError, MissingInputError
 from pipeline.final import _summary
 from pipeline.paths import final_result_path, search_result_path
 from pipeline.reporting.report import best_family, report
-from pipeline.reporting.tables import tie_lines
+from pipeline.reporting.tables import p_value, tie_lines
 from pipeline.reporting.stats import welch
 
 
@@ -91,6 +91,18 @@ def test_table_marks_the_best_and_tests_every_family_against_it(project: Path) -
     assert f"| b | 60.67 ± 1.15 | 65.00 ± 5.00 | — | -24.33 (p = {p:.3f} *) |" in table
 
 
+def test_p_values_below_a_thousandth_print_as_such(project: Path) -> None:
+    assert [p_value(p) for p in (0.2, 0.05, 0.034, 0.001, 0.000999, 1e-9, 0.0)] == [
+        "p = 0.200", "p = 0.050", "p = 0.034 *", "p = 0.001 *", "p < 0.001 *", "p < 0.001 *", "p < 0.001 *"]
+    assert p_value(float("nan")) == "p n/a"
+    for family, vals, tests in (("a", [0.9, 0.8, 1.0], [0.85, 0.851, 0.852]), ("b", [0.6, 0.7, 0.65], [0.2, 0.201, 0.202])):
+        _write(final_result_path(project, "d", family), _final(family, vals, tests))  # far apart, little spread
+    metrics = report(project, ["d"], ["a", "b"])
+    assert metrics["d"]["b"]["p_vs_best"] < 0.001
+    table = (project / "reports" / "results.md").read_text()
+    assert "| b | 20.10 ± 0.10 | 65.00 ± 5.00 | — | -65.00 (p < 0.001 *) |" in table and "p = 0.000" not in table
+
+
 def test_robustness_says_whether_the_ranking_survives(project: Path) -> None:
     report(project, ["d"], ["a", "b"])
     table = (project / "reports" / "results.md").read_text()
@@ -98,9 +110,11 @@ def test_robustness_says_whether_the_ranking_survives(project: Path) -> None:
     assert "lr × 0.8: ranking b > a; Kendall τ = -1.00 against the searched learning rate; the best family becomes b" in table
     assert "lr × 1.25: ranking a > b; Kendall τ = 1.00 against the searched learning rate; the best family stays best" in table
     rows = list(csv.DictReader((project / "reports" / "lr" / "d.csv").open()))
-    assert [(r["family"], r["source"], float(r["lr"])) for r in rows][:3] == [
+    assert list(rows[0]) == ["family", "stage", "lr_factor", "lr", "validation accuracy"]  # the metric last: DVC's y
+    assert [(r["family"], r["stage"], float(r["lr"])) for r in rows][:3] == [
         ("a", "search", 1e-3), ("a", "search", 1e-2), ("b", "search", 3e-4)]
-    assert ("a", "final x0.8", pytest.approx(8e-4)) in [(r["family"], r["source"], float(r["lr"])) for r in rows]
+    assert ("a", "final", "0.8", pytest.approx(8e-4), pytest.approx(0.72)) in [
+        (r["family"], r["stage"], r["lr_factor"], float(r["lr"]), float(r["validation accuracy"])) for r in rows]
 
 
 def test_sensitivity_uses_the_best_available_basis(project: Path) -> None:
@@ -160,7 +174,11 @@ def test_plots_and_plot_data_are_written(project: Path) -> None:
     for kind in ("curves", "lr", "test"):
         assert (project / "reports" / "plots" / f"d_{kind}.png").stat().st_size > 5000
     curves = list(csv.DictReader((project / "reports" / "curves" / "d.csv").open()))
-    assert float(curves[1]["a"]) == pytest.approx(0.9) and len(curves) == 2
+    assert list(curves[0]) == ["family", "epoch", "n_seeds", "mean_minus_std", "mean_plus_std", "validation accuracy"]
+    assert [(c["family"], int(c["epoch"])) for c in curves] == [("a", 1), ("a", 2), ("b", 1), ("b", 2)]
+    a2 = curves[1]
+    assert float(a2["validation accuracy"]) == pytest.approx(0.9) and int(a2["n_seeds"]) == 3
+    assert (float(a2["mean_minus_std"]), float(a2["mean_plus_std"])) == (pytest.approx(0.8), pytest.approx(1.0))
     bars = list(csv.DictReader((project / "reports" / "bars" / "d.csv").open()))
     assert [(b["family"], round(float(b["test_mean"]), 4)) for b in bars] == [("a", 0.85), ("b", 0.6067)]
 

@@ -72,6 +72,19 @@ def test_the_result_a_trial_is_stopped_on_reaches_the_study() -> None:
     assert trial.state == optuna.trial.TrialState.PRUNED and trial.intermediate_values == {1: 0.6, 2: 0.8}
 
 
+def test_the_last_epoch_of_a_completed_trial_reaches_the_study() -> None:
+    # ASHA stops every trial that reaches max_t on that result: Tune hands it to on_trial_complete only
+    searcher = _searcher(0)
+    searcher.suggest("t0")
+    for epoch in range(1, MAX_EPOCHS):
+        searcher.on_trial_result("t0", {"val_metric": 0.5 + 0.1 * epoch, "training_iteration": epoch, EPOCH: epoch})
+    searcher.on_trial_complete("t0", {"val_metric": 0.95, "training_iteration": MAX_EPOCHS, EPOCH: MAX_EPOCHS})
+    trial = searcher._ot_study.trials[0]
+    assert trial.state == optuna.trial.TrialState.COMPLETE and trial.value == pytest.approx(0.95)
+    assert trial.intermediate_values == pytest.approx({1: 0.6, 2: 0.7, 3: 0.8, 4: 0.95})
+    assert searcher.trial_number("t0") == 0 and searcher.trial_number("unknown") is None
+
+
 class _Trial:
     """The one attribute ASHA reads of a trial."""
 

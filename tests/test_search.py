@@ -169,3 +169,115 @@ def test_a_class_weight_on_regression_is_refused_before_ray(root: Path) -> None:
     with pytest.raises(ConfigError, match=r"cfc.yaml: key `fixed.pos_weight`: is set but the task is regression"):
         search(root, "physionet2012", "cfc", SearchParams(num_samples=1, epochs=1, asha={"grace_period": 1}))
     assert not ray.is_initialized()
+
+
+# Trial number -> its validation metric per epoch; None: fails in epoch 1 (before reporting).
+SCRIPTED = {0: [0.9, 0.95], 1: [0.1, 0.2], 2: None}
+
+
+def scripted_trial(config: dict, ctx: TrialContext, data: Dataset) -> None:
+    """A search trial without training (the `trial_fn` of `search`): its real MLflow run, then the
+    metrics SCRIPTED gives its Optuna trial number, each logged and reported as a real trial does."""
+    import tempfile
+
+    from ray import tune
+
+    from pipeline.errors import TrialFailedError
+    from pipeline.sweep.trial import _fail, trial_run
+
+    client = tracking.MlflowClient(ctx.tracking_uri)
+    run_id = trial_run(client, ctx, tune.get_context().get_trial_id(), config)
+    values = SCRIPTED[ctx.trial_number]
+    if values is None:
+        error = TrialFailedError("scripted failure: loss became non-finite")
+        _fail(client, run_id, error)
+        raise error
+    for epoch, value in enumerate(values[:ctx.epochs], start=1):
+        tracking.log_metrics(client, run_id, {"val_metric": value}, step=epoch)
+        with tempfile.TemporaryDirectory() as folder:
+            Path(folder, "state.json").write_text("{}")
+            tune.report({"epoch": epoch, "val_metric": value, "mlflow_run_id": run_id},
+                        checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+@pytest.fixture(scope="module")
+def scripted_search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """Three trials one after another (ASHA rung at epoch 1 of 2, halving): trial 0 runs both
+    epochs, trial 1 is stopped by ASHA at epoch 1 (0.1 below the rung's median), trial 2 fails."""
+    import shutil
+
+    from tests.conftest import REPO
+
+    import sys
+
+    from ray import cloudpickle
+
+    root = tmp_path_factory.mktemp("scripted")
+    module = sys.modules[scripted_trial.__module__]  # pytest imports it as `test_search`: no Ray worker can
+    cloudpickle.register_pickle_by_value(module)
+    shutil.copytree(REPO / "search_spaces", root / "search_spaces")
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("MLFLOW_TRACKING_URI", raising=False)
+        env.delenv("RAY_ADDRESS", raising=False)
+        save_dataset(processed_dir(root, "x"), build_xor("x", XorParams(kind="xor", n_train=40, n_test=10, seed=3)))
+        p = SearchParams(num_samples=3, max_concurrent=1, epochs=2, n_startup_trials=1, max_failures=0,
+                         asha={"grace_period": 1, "reduction_factor": 2})
+        try:
+            record = search(root, "x", "cfc", p, trial_fn=scripted_trial)
+        finally:
+            cloudpickle.unregister_pickle_by_value(module)
+    return root, record
+
+
+def _trial_runs(root: Path, record: dict) -> dict[int, object]:
+    client = MlflowClient(tracking.tracking_uri(root))
+    runs = {int(r.data.tags["optuna_trial_number"]): r for r in (client.get_run(t["mlflow_run_id"])
+                                                                 for t in record["trials"])}
+    assert sorted(runs) == [0, 1, 2]
+    return runs
+
+
+def test_trial_runs_are_named_for_their_optuna_trial_number_first(scripted_search) -> None:
+    root, record = scripted_search
+    runs = _trial_runs(root, record)
+    assert {n: r.info.run_name for n, r in runs.items()} == {
+        0: "trial-0/search/cfc", 1: "trial-1/search/cfc", 2: "trial-2/search/cfc"}
+    assert all(r.data.tags["stage"] == "search" and r.data.tags["family"] == "cfc" for r in runs.values())
+
+
+def test_an_asha_stopped_trial_ends_finished_with_its_outcome_and_a_failure_failed(scripted_search) -> None:
+    root, record = scripted_search
+    runs = _trial_runs(root, record)
+    assert [(runs[n].info.status, runs[n].data.tags.get("outcome")) for n in (0, 1, 2)] == [
+        ("FINISHED", "completed"), ("FINISHED", "stopped_early"), ("FAILED", "failed")]
+    assert runs[1].data.tags["early_stopped"] == "true" and "early_stopped" not in runs[0].data.tags
+    assert "scripted failure" in runs[2].data.tags["error"]
+    assert record["asha_rungs"] == {"1": 2, "2": 1}  # trial 2 never reached a rung, trial 1 only the first
+
+
+def test_every_run_says_whether_it_is_a_parent_or_a_child(scripted_search) -> None:
+    root, record = scripted_search
+    client = MlflowClient(tracking.tracking_uri(root))
+    exp = client.get_experiment_by_name("ctsweep/x")
+    children = client.search_runs([exp.experiment_id], "tags.stage = 'search' and tags.run_level = 'child'")
+    assert sorted(r.info.run_id for r in children) == sorted(t["mlflow_run_id"] for t in record["trials"])
+    [parent] = client.search_runs([exp.experiment_id], "tags.stage = 'search' and tags.run_level = 'parent'")
+    assert parent.info.run_id == record["mlflow_parent_run_id"] and parent.info.run_name == "search/cfc"
+
+
+def test_the_persisted_study_has_every_epoch_and_links_each_trial_to_its_run(scripted_search) -> None:
+    import optuna
+
+    root, record = scripted_search
+    runs = _trial_runs(root, record)
+    study = optuna.load_study(study_name=record["optuna_study"], storage=record["optuna_storage"])
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    assert [trials[n].state.name for n in (0, 1, 2)] == ["COMPLETE", "PRUNED", "FAIL"]
+    # the completed trial's last epoch came with its completion only: it is there, as in MLflow
+    assert trials[0].intermediate_values == {1: 0.9, 2: 0.95} and trials[0].value == 0.95
+    assert trials[1].intermediate_values == {1: 0.1}
+    for n, trial in trials.items():
+        assert trial.user_attrs["mlflow_run_id"] == runs[n].info.run_id
+        assert trial.user_attrs["ray_trial_id"] == runs[n].data.tags["ray_trial_id"]
+    assert "scripted failure: loss became non-finite" in trials[2].user_attrs["fail_reason"]
+    assert "fail_reason" not in trials[0].user_attrs and "fail_reason" not in trials[1].user_attrs

@@ -9,14 +9,24 @@
                                    status: "ok", marks: [{mark, detail}]}; a family whose every search
                                    trial failed: {dataset, family, metric, n_trials, n_failed, errors,
                                    status: "failed", marks}
-    reports/curves/<dataset>.csv   validation metric per epoch, mean over seeds      (DVC plots)
-    reports/lr/<dataset>.csv       validation metric against learning rate           (DVC plots)
+    reports/curves/<dataset>.csv   validation metric per epoch, mean (± std) over seeds; a row per
+                                   family and epoch: family, epoch, n_seeds, mean_minus_std,
+                                   mean_plus_std, validation <metric>                 (DVC plots)
+    reports/lr/<dataset>.csv       validation metric against learning rate; a row per search trial
+                                   and final rerun: family, stage (search | final), lr_factor
+                                   (final only), lr, validation <metric>              (DVC plots)
     reports/bars/<dataset>.csv     test mean ± std per family                        (DVC plots)
     reports/plots/*.png            the same as pictures (pipeline.reporting.plots)
+    .dvc/plots/ctsweep_*.json      the templates dvc.yaml draws curves and lr with, colour by family
+                                   (pipeline.reporting.plots.DVC_TEMPLATES; only in a DVC project)
+
+The plot CSVs are long (a `family` column, no column per family) and end with the metric's
+column, so dvc.yaml names no family and the y axis of `dvc plots show` names the metric.
 
 The best family per dataset is chosen on the validation metric only, among the families that did
-not fail; the marks of pipeline.reporting.marks flag the cells a reader should not trust. The report and the plots
-of a dataset are also logged as artifacts (folder `report`) of that dataset's final runs.
+not fail; the marks of pipeline.reporting.marks flag the cells a reader should not trust. The report
+and the plots it shows are also logged as artifacts (folder `report`) of every dataset's final runs:
+the copy there links its images as `<name>.png`, the folder they are logged to.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import io
 import math
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -74,29 +85,47 @@ def _csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return buffer.getvalue()
 
 
+def metric_column(metric: str) -> str:
+    """The plot CSVs' metric column, which DVC takes as y and names the y axis with."""
+    return f"validation {metric}"
+
+
+CURVE_COLUMNS = ["family", "epoch", "n_seeds", "mean_minus_std", "mean_plus_std"]  # then metric_column
+LR_COLUMNS = ["family", "stage", "lr_factor", "lr"]  # then metric_column
+
+
 def mean_curves(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per epoch, each family's validation metric averaged over seeds (wide rows for DVC plots)."""
-    epochs = max(len(s["curve"]) for r in results.values() for s in r["seeds"])
+    """Per family and epoch, the validation metric over the seeds that ran that epoch: its mean
+    (`val_metric`) and mean ∓ sample std (long rows for DVC plots, family by family)."""
     rows = []
-    for e in range(epochs):
-        row: dict[str, Any] = {"epoch": e + 1}
-        for family, r in results.items():
+    for family, r in results.items():
+        for e in range(max(len(s["curve"]) for s in r["seeds"])):
             values = [s["curve"][e] for s in r["seeds"] if len(s["curve"]) > e]
-            row[family] = round(statistics.fmean(values), 6) if values else ""
-        rows.append(row)
+            mean = statistics.fmean(values)
+            std = statistics.stdev(values) if len(values) > 1 else 0.0
+            rows.append({"family": family, "epoch": e + 1, "n_seeds": len(values),
+                         "mean_minus_std": round(mean - std, 6), "mean_plus_std": round(mean + std, 6),
+                         "val_metric": round(mean, 6)})
     return rows
 
 
 def lr_points(searches: dict[str, dict[str, Any]], finals: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Validation metric against learning rate: every successful search trial (its best epoch) and
-    the final reruns' mean at the searched lr and at each robustness factor."""
-    rows = [{"family": f, "source": "search", "lr": t["config"]["lr"], "val_metric": t["best_val"]}
+    """Validation metric against learning rate: every successful search trial (its best epoch;
+    stage "search") and the final reruns' mean over seeds at the searched lr (lr_factor 1) and at
+    each robustness factor (stage "final")."""
+    rows = [{"family": f, "stage": "search", "lr_factor": "", "lr": t["config"]["lr"], "val_metric": t["best_val"]}
             for f, s in searches.items() for t in s["trials"] if t["best_val"] is not None]
     for f, r in finals.items():
-        rows.append({"family": f, "source": "final x1", "lr": r["config"]["lr"], "val_metric": r["val_mean"]})
-        rows += [{"family": f, "source": f"final x{x['lr_factor']:g}", "lr": x["lr"], "val_metric": x["val_mean"]}
+        rows.append({"family": f, "stage": "final", "lr_factor": "1", "lr": r["config"]["lr"], "val_metric": r["val_mean"]})
+        rows += [{"family": f, "stage": "final", "lr_factor": f"{x['lr_factor']:g}", "lr": x["lr"], "val_metric": x["val_mean"]}
                  for x in r.get("robustness", [])]
     return rows
+
+
+def _plot_csv(rows: list[dict[str, Any]], columns: list[str], metric: str) -> str:
+    """rows' `val_metric` as the last column, named for the metric."""
+    name = metric_column(metric)
+    return _csv([{**{c: row[c] for c in columns}, name: row["val_metric"]} for row in rows], [*columns, name])
 
 
 def _metrics(results: dict[str, dict[str, Any]], best: str | None,
@@ -129,24 +158,26 @@ def _paper_points(refs: References, dataset: str, results: dict[str, dict[str, A
 def _write_dataset(out: Path, dataset: str, results: dict[str, dict[str, Any]],
                    searches: dict[str, dict[str, Any]], best: str, refs: References) -> list[Path]:
     """Plot data and PNGs of one dataset; returns the PNG paths."""
-    metric, families = results[best]["metric"], list(results)
+    metric = results[best]["metric"]
     points = lr_points(searches, results)
-    write_text(out / "curves" / f"{dataset}.csv", _csv(mean_curves(results), ["epoch", *families]))
-    write_text(out / "lr" / f"{dataset}.csv", _csv(points, ["family", "source", "lr", "val_metric"]))
+    write_text(out / "curves" / f"{dataset}.csv", _plot_csv(mean_curves(results), CURVE_COLUMNS, metric))
+    write_text(out / "lr" / f"{dataset}.csv", _plot_csv(points, LR_COLUMNS, metric))
     write_text(out / "bars" / f"{dataset}.csv",
                _csv([{"family": f, "test_mean": r["test_mean"], "test_std": r["test_std"]} for f, r in results.items()],
                     ["family", "test_mean", "test_std"]))
     pngs = [out / "plots" / f"{dataset}_{kind}.png" for kind in ("curves", "lr", "test")]
     plots.plot_curves(pngs[0], dataset, results, metric)
-    plots.plot_lr(pngs[1], dataset, [p for p in points if p["source"] == "search"], results, metric)
+    plots.plot_lr(pngs[1], dataset, [p for p in points if p["stage"] == "search"], results, metric)
     plots.plot_test_bars(pngs[2], dataset, results, best, metric, _paper_points(refs, dataset, results))
     return pngs
 
 
 def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dict[str, dict[str, dict[str, Any]]],
-                     marks: dict[str, dict[str, list[Mark]]], refs: References, provenance: dict[str, Any]) -> str:
+                     marks: dict[str, dict[str, list[Mark]]], refs: References, provenance: dict[str, Any],
+                     images: str = "plots/") -> str:
     """results.md. A failed family shows as "failed" in its table with its reasons beneath; the
-    plots, statistics, robustness and importance sections cover the families that have scores."""
+    plots, statistics, robustness and importance sections cover the families that have scores.
+    images: the folder the PNGs are linked in, relative to the report ("" for MLflow's copy)."""
     commit = provenance["commit"]
     lines = ["# Results", "",
              f"Produced by `ctsweep report` at git commit `{commit[:12]}{commit[40:]}` (full provenance at the end).",
@@ -162,8 +193,8 @@ def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dic
         lines += results_table(dataset, results, best, refs, cited, marks[dataset])
         if best is None:
             continue
-        lines += [f"![{dataset} test](plots/{dataset}_test.png) ![{dataset} curves](plots/{dataset}_curves.png)",
-                  f"![{dataset} learning rate](plots/{dataset}_lr.png)", ""]
+        lines += [f"![{dataset} test]({images}{dataset}_test.png) ![{dataset} curves]({images}{dataset}_curves.png)",
+                  f"![{dataset} learning rate]({images}{dataset}_lr.png)", ""]
         lines += robustness_lines(ok, ok[best]["mode"], ok[best]["metric"])
         lines += sensitivity_lines(searches[dataset])
     lines += references_lines(refs, cited)
@@ -171,10 +202,13 @@ def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dic
     return "\n".join(lines)
 
 
-def log_to_mlflow(root: Path, finals: dict[str, dict[str, dict[str, Any]]], report: Path,
-                  pngs: dict[str, list[Path]]) -> int:
-    """Attach the report and each dataset's plots to that dataset's final (parent) runs; returns
-    how many runs got them. Records without a run id (hand-made results) are skipped."""
+def log_to_mlflow(root: Path, finals: dict[str, dict[str, dict[str, Any]]], markdown: str,
+                  pngs: list[Path]) -> int:
+    """Attach the report and its plots to every final (parent) run, all in the run's folder
+    `report`; returns how many runs got them. markdown: the report with its images linked as
+    `<name>.png` (results_markdown(..., images="")), so every link resolves among the run's
+    artifacts; pngs: every PNG it links, of every dataset. Records without a run id (hand-made
+    results) are skipped."""
     runs = [(d, r["mlflow_parent_run_id"]) for d, res in finals.items() for r in res.values()
             if r.get("mlflow_parent_run_id")]
     if not runs:
@@ -182,18 +216,21 @@ def log_to_mlflow(root: Path, finals: dict[str, dict[str, dict[str, Any]]], repo
     uri = tracking.tracking_uri(root)
     client = tracking.MlflowClient(uri)
     attached = 0
-    for dataset, run_id in runs:
-        if not _run_exists(client, run_id):
-            # The report is written; only its copy in MLflow is missing. Happens when DVC's run
-            # cache restored a final record trained against another (or a deleted) mlflow.db.
-            family = next(f for f, r in finals[dataset].items() if r.get("mlflow_parent_run_id") == run_id)
-            print(f"ctsweep: warning: results/{dataset}/final/{family}.json names MLflow run {run_id}, which the "
-                  f"store {uri} does not have: the report is not attached to it (`ctsweep final {dataset} "
-                  f"{family}` trains it again with its runs)", file=sys.stderr)
-            continue
-        for path in (report, *pngs[dataset]):
-            client.log_artifact(run_id, str(path), artifact_path="report")
-        attached += 1
+    with tempfile.TemporaryDirectory(prefix="ctsweep-report-") as tmp:
+        report = Path(tmp) / "results.md"
+        report.write_text(markdown)
+        for dataset, run_id in runs:
+            if not _run_exists(client, run_id):
+                # The report is written; only its copy in MLflow is missing. Happens when DVC's run
+                # cache restored a final record trained against another (or a deleted) mlflow.db.
+                family = next(f for f, r in finals[dataset].items() if r.get("mlflow_parent_run_id") == run_id)
+                print(f"ctsweep: warning: results/{dataset}/final/{family}.json names MLflow run {run_id}, which "
+                      f"the store {uri} does not have: the report is not attached to it (`ctsweep final "
+                      f"{dataset} {family}` trains it again with its runs)", file=sys.stderr)
+                continue
+            for path in (report, *pngs):
+                client.log_artifact(run_id, str(path), artifact_path="report")
+            attached += 1
     return attached
 
 
@@ -228,7 +265,9 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
         write_json(stage / "metrics.json", metrics)
     for dataset in (d for d, files in pngs.items() if not files):
         _drop_plots(out, dataset)
-    log_to_mlflow(root, finals, out / "results.md", pngs)
+    plots.write_dvc_templates(root)
+    log_to_mlflow(root, finals, results_markdown(finals, searches, marks, refs, provenance, images=""),
+                  [p for files in pngs.values() for p in files])
     return metrics
 
 

@@ -33,12 +33,20 @@ def welch_vs_best(results: dict[str, dict[str, Any]], best: str) -> dict[str, We
     return {f: None if f == best else welch([s["test"] for s in r["seeds"]], ref) for f, r in results.items()}
 
 
+def p_value(p: float) -> str:
+    """A p-value as the table prints it: three decimals, "p < 0.001" below that (never
+    "p = 0.000"), "p n/a" where the test cannot be computed, and " *" when below ALPHA."""
+    if math.isnan(p):
+        return "p n/a"
+    text = "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+    return text + (" *" if p < ALPHA else "")
+
+
 def versus_best(w: Welch | None, metric: str) -> str:
     """The table cell: test difference to the best family and the two-sided p-value."""
     if w is None:
         return "best"
-    p = "p n/a" if math.isnan(w.p) else f"p = {w.p:.3f}" + (" *" if w.p < ALPHA else "")
-    return f"{_diff(w.diff, metric)} ({p})"
+    return f"{_diff(w.diff, metric)} ({p_value(w.p)})"
 
 
 def _paper(figures: list[Figure], metric: str, cited: dict[str, int]) -> str:

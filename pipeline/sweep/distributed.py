@@ -77,7 +77,8 @@ def run_data_parallel(config: dict[str, Any], ctx: TrialContext, run_id: str, da
     without it each worker reads ctx.dataset_dir. A worker's exception (TrialFailedError for a
     NaN loss or a solver failure) is raised here as itself; closing the MLflow run as FAILED is
     the caller's, as for a single-process trial. A run stopped by ctx.time_limit_s after at least
-    one epoch ends normally, its MLflow run closed KILLED and tagged time_limited.
+    one epoch ends normally, its MLflow run closed FINISHED and tagged time_limited and
+    `outcome: stopped_early`.
     """
     check_state_api()
     storage = tune.get_context().get_storage()
@@ -200,7 +201,7 @@ def train_worker(loop: dict[str, Any]) -> None:
             raise ctx.first_epoch_too_slow() from exc
         if client is not None:  # the trial ends with what it reported, like an early stop
             tracking.set_tags(client, run_id, {"time_limited": "true", "early_stopped": "true"})
-            tracking.terminate(client, run_id, "KILLED")
+            tracking.finish(client, run_id, outcome=tracking.STOPPED_EARLY)
 
 
 def _dataset(ref: Any, ctx: TrialContext) -> Dataset:

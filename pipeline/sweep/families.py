@@ -9,7 +9,8 @@ family's search of a dataset, so a free slot goes to whichever family has a tria
 
 - `FamilySearcher` holds one Optuna study per family (pipeline.sweep.scheduling's
   BudgetAwareOptunaSearch, seeded as before) with that family's budget (`num_samples`) and
-  concurrency cap (`max_concurrent`); a trial's config carries its family under FAMILY_KEY.
+  concurrency cap (`max_concurrent`); a trial's config carries its family under FAMILY_KEY and
+  its Optuna trial number under TRIAL_NUMBER_KEY (both stripped before the trial sees it).
 - `FamilyScheduler` holds one ASHA per family (ResumableASHA, refilled from that family's MLflow
   parent run after a restore): a trial is only ever compared with trials of its own family.
 
@@ -29,6 +30,10 @@ from ray.tune.search import Searcher
 from pipeline.sweep.scheduling import BudgetAwareOptunaSearch, ResumableASHA
 
 FAMILY_KEY = "family"  # the config key naming a trial's family; never a model or training argument
+# The config key holding the trial's number in its family's Optuna study (what optuna-dashboard
+# shows as "Trial 3"): the trial's MLflow run name starts with it. Never a model or training argument.
+TRIAL_NUMBER_KEY = "optuna_trial_number"
+_BOOKKEEPING = (FAMILY_KEY, TRIAL_NUMBER_KEY)
 
 
 def family_of(config: Mapping[str, Any]) -> str:
@@ -36,9 +41,15 @@ def family_of(config: Mapping[str, Any]) -> str:
     return str(config[FAMILY_KEY])
 
 
+def trial_number_of(config: Mapping[str, Any]) -> int | None:
+    """The trial's Optuna trial number, or None (a trial of an experiment started before it was kept)."""
+    number = config.get(TRIAL_NUMBER_KEY)
+    return None if number is None else int(number)
+
+
 def without_family(config: Mapping[str, Any]) -> dict[str, Any]:
     """The trial's own configuration: what the family's search space proposed."""
-    return {k: v for k, v in config.items() if k != FAMILY_KEY}
+    return {k: v for k, v in config.items() if k not in _BOOKKEEPING}
 
 
 class FamilySearcher(Searcher):
@@ -92,7 +103,8 @@ class FamilySearcher(Searcher):
             self._live[family].add(trial_id)
             self._family_of[trial_id] = family
             self._cursor = (self._cursor + offset + 1) % len(names)
-            return {FAMILY_KEY: family, **config}
+            number = self._searchers[family].trial_number(trial_id)
+            return {FAMILY_KEY: family, **({} if number is None else {TRIAL_NUMBER_KEY: number}), **config}
         return None
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
@@ -165,4 +177,5 @@ class FamilyScheduler(FIFOScheduler):
         return "; ".join(f"{f}: {s.debug_string()}" for f, s in self._schedulers.items())
 
 
-__all__ = ["FAMILY_KEY", "FamilySearcher", "FamilyScheduler", "family_of", "without_family"]
+__all__ = ["FAMILY_KEY", "TRIAL_NUMBER_KEY", "FamilySearcher", "FamilyScheduler", "family_of", "trial_number_of",
+           "without_family"]

@@ -71,13 +71,15 @@ def trial_records(results: list[Any], mode: str, seed: int, client: tracking.Mlf
 
 
 def close_runs(client: tracking.MlflowClient, records: list[dict[str, Any]], epochs: int) -> None:
-    """Give every trial's MLflow run the status Tune's outcome says.
+    """Give every trial's MLflow run the status and outcome Tune's outcome says.
 
     Tune stops a trial's process as soon as it reports its last epoch (max_t) or ASHA stops it,
-    so the trial cannot close its own run: a run that reached `epochs` is FINISHED, a shorter
-    one was stopped early (KILLED, tagged early_stopped). Failed trials closed theirs as FAILED.
-    Tune's view wins: a data-parallel trial interrupted by that stop may have marked its run
-    FAILED on the way out although Tune counts it as a success.
+    so the trial cannot close its own run. A trial that did not fail ends FINISHED: tagged
+    `outcome: completed` when it reached `epochs`, else `outcome: stopped_early` (and
+    `early_stopped`: ASHA, patience or the time limit stopped it; nothing went wrong, so MLflow's
+    UI must not show it failed). Failed trials end FAILED, `outcome: failed`. Tune's view wins: a
+    data-parallel trial interrupted by that stop may have marked its run FAILED on the way out
+    although Tune counts it as a success.
     """
     for r in records:
         run_id = r["mlflow_run_id"]
@@ -86,16 +88,19 @@ def close_runs(client: tracking.MlflowClient, records: list[dict[str, Any]], epo
         run = client.get_run(run_id)
         if r["status"] == "error":
             if run.info.status == "RUNNING":
-                tracking.finish(client, run_id, RuntimeError(r["error"] or "trial process died"))
+                tracking.finish(client, run_id, RuntimeError(r["error"] or "trial process died"),
+                                outcome=tracking.FAILED_OUTCOME)
+            elif run.data.tags.get(tracking.OUTCOME_TAG) != tracking.FAILED_OUTCOME:
+                tracking.set_tags(client, run_id, {tracking.OUTCOME_TAG: tracking.FAILED_OUTCOME})
             continue
-        status = "FINISHED" if r["epochs"] >= epochs else "KILLED"
-        if run.info.status == status:
+        outcome = tracking.COMPLETED if r["epochs"] >= epochs else tracking.STOPPED_EARLY
+        if run.info.status == "FINISHED" and run.data.tags.get(tracking.OUTCOME_TAG) == outcome:
             continue
         if "error" in run.data.tags:
             client.delete_tag(run_id, "error")
-        if status == "KILLED":
+        if outcome == tracking.STOPPED_EARLY:
             tracking.set_tags(client, run_id, {"early_stopped": "true"})
-        tracking.terminate(client, run_id, status)
+        tracking.finish(client, run_id, outcome=outcome)
 
 
 def close_orphans(client: tracking.MlflowClient, exp_id: str, parent: str, records: list[dict[str, Any]]) -> None:

@@ -6,6 +6,9 @@
    Optuna as PRUNED: TPE ranks pruned trials below every completed one (by the step they reached,
    then their last intermediate value, which OptunaSearch reports each epoch). A trial that
    failed is FAIL even when it reported epochs before failing (OptunaSearch would say COMPLETE).
+   The result a trial stops on (its last epoch, ASHA's cut or max_t) reaches the searcher only
+   with the trial's completion; it is recorded as an intermediate value too, so the study holds
+   every epoch a trial reported, as MLflow does.
 2. `Tuner.restore` restores the search algorithm's state but builds the scheduler from its
    pickled, empty initial state: ASHA's rung history (the scores every trial had at each rung)
    is lost, so after a restore the first trials to reach a rung face no cutoff and weak ones run
@@ -29,26 +32,35 @@ EPOCH = "epoch"  # the time attribute: our own epoch counter survives restarts f
 
 
 class BudgetAwareOptunaSearch(OptunaSearch):
-    """OptunaSearch telling Optuna PRUNED for trials stopped before `max_epochs`, FAIL for errors."""
+    """OptunaSearch telling Optuna PRUNED for trials stopped before `max_epochs`, FAIL for errors,
+    with every epoch a trial reported among its intermediate values."""
 
     def __init__(self, *args: Any, max_epochs: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._max_epochs = max_epochs
 
+    def trial_number(self, trial_id: str) -> int | None:
+        """The Optuna trial number of a Ray trial this searcher proposed (None if it proposed none)."""
+        trial = self._ot_trials.get(trial_id)
+        return None if trial is None else trial.number
+
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if not error and result is not None and trial_id not in self._completed_trials:
+            self._report_last(trial_id, result)
         if error or (result is not None and result.get(EPOCH, self._max_epochs) < self._max_epochs):
-            if not error and result is not None:
-                self._report_last(trial_id, result)
             result = None  # OptunaSearch: no value + error -> FAIL, no value + no error -> PRUNED
         super().on_trial_complete(trial_id, result, error)
 
     def _report_last(self, trial_id: str, result: dict) -> None:
-        """Record the stopping result as an intermediate value: Tune hands the result on which ASHA
-        stops a trial to on_trial_complete only, so the study would miss the epoch it was cut at
-        (the dashboard's curves and the importances at ASHA's rung need it)."""
+        """Record the trial's last result as an intermediate value. Tune hands the result on which
+        a trial stops to on_trial_complete only, never to on_trial_result: ASHA's STOP, which also
+        ends every trial that reaches max_t, and the last result of a trial whose function returns.
+        OptunaSearch tells Optuna only the final value then, so the study would miss the last epoch
+        of every trial, completed or pruned (the dashboard's curves and the importances at ASHA's
+        rung need it). The step is the training iteration, as OptunaSearch reports every epoch."""
         trial = self._ot_trials.get(trial_id)
         value, step = result.get(self._metric), result.get("training_iteration", result.get(EPOCH))
-        if trial is not None and value is not None and step is not None:
+        if trial is not None and value is not None and step is not None and value == value:  # NaN: not reportable
             if step not in trial.storage.get_trial(trial._trial_id).intermediate_values:
                 trial.report(value, step)
 

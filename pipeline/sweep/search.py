@@ -171,7 +171,8 @@ def _open_parents(client: tracking.MlflowClient, exp_id: str, dataset: str, plan
                 run = previous[plan.family]
                 plan.parent, plan.resumed = run.info.run_id, True
                 client.update_run(run.info.run_id, status="RUNNING")
-                tracking.set_tags(client, run.info.run_id, {"attempts": int(run.data.tags.get("attempts", "1")) + 1})
+                tracking.set_tags(client, run.info.run_id, {"attempts": int(run.data.tags.get("attempts", "1")) + 1,
+                                                            tracking.RUN_LEVEL_TAG: tracking.PARENT_LEVEL})
                 if "interrupted" in run.data.tags:  # it is running again; the interrupt stays in `attempts`
                     client.delete_tag(run.info.run_id, "interrupted")
             return path, True
@@ -358,7 +359,7 @@ def _family_record(root: Path, dataset: str, p: SearchParams, meta: Any, plan: F
     trial_outcome.close_orphans(client, exp_id, parent, records)
     study_searcher = searcher.study_searcher(family)
     states = optuna_states(study_searcher)
-    study = _persist(root, dataset, family, p, meta.metric, parent, study_searcher)  # failed searches too
+    study = _persist(root, dataset, family, p, meta.metric, parent, study_searcher, records)  # failed searches too
     tracking.set_tags(client, parent, {"optuna_states": json.dumps(states, sort_keys=True), **study})
     record = trial_outcome.summarise(dataset, family, meta.metric, meta.mode, plan.space, p, records, parent)
     record.update(optuna_states=states, ray_experiment_path=path, resumed=plan.resumed,
@@ -381,10 +382,25 @@ def _log_outcome(client: tracking.MlflowClient, parent: str, record: dict[str, A
 
 
 def _persist(root: Path, dataset: str, family: str, p: SearchParams, metric: str, parent: str,
-             searcher: Any) -> dict[str, str]:
-    """Copy the family's study to the project's Optuna storage; returns where it went."""
+             searcher: Any, records: list[dict[str, Any]]) -> dict[str, str]:
+    """Copy the family's study to the project's Optuna storage; returns where it went. Each
+    trial carries its MLflow run id and Ray trial id, a failed one its failure reason too."""
     url = sensitivity.storage_url(root, p.optuna_storage)
     name = sensitivity.persist_study(searcher._ot_study, url, sensitivity.study_name(dataset, family, parent),
                                      {"dataset": dataset, "family": family, "metric": metric,
-                                      "mlflow_parent_run_id": parent, "epochs": p.epochs})
+                                      "mlflow_parent_run_id": parent, "epochs": p.epochs},
+                                     _trial_attrs(searcher, records))
     return {"optuna_storage": url, "optuna_study": name}
+
+
+def _trial_attrs(searcher: Any, records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """{Optuna trial number: user attributes} from the trials' records (by their Ray trial id)."""
+    attrs: dict[int, dict[str, Any]] = {}
+    for r in records:
+        number = searcher.trial_number(r["trial_id"]) if r["trial_id"] else None
+        if number is None:
+            continue
+        attrs[number] = {"ray_trial_id": r["trial_id"],
+                         **({"mlflow_run_id": r["mlflow_run_id"]} if r["mlflow_run_id"] else {}),
+                         **({"fail_reason": r["error"]} if r["status"] == "error" and r["error"] else {})}
+    return attrs

@@ -17,13 +17,14 @@ A basis needs at least MIN_TRIALS trials and a parameter that varied; otherwise 
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.importance import FanovaImportanceEvaluator, get_param_importances
-from optuna.trial import TrialState, create_trial
+from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from pipeline.errors import ConfigError
 from pipeline.names import shown
@@ -123,20 +124,36 @@ def study_name(dataset: str, family: str, parent_run_id: str) -> str:
     return f"{dataset}/{family}/{parent_run_id[:12]}"
 
 
-def persist_study(study: optuna.Study, url: str, name: str, attrs: dict[str, Any]) -> str:
+def persist_study(study: optuna.Study, url: str, name: str, attrs: dict[str, Any],
+                  trial_attrs: dict[int, dict[str, Any]] | None = None) -> str:
     """Copy the in-memory `study` to `url` as `name` (replacing an earlier copy of the same
-    search, e.g. after a resumed search finished); `attrs` become study user attributes."""
+    search, e.g. after a resumed search finished); `attrs` become study user attributes,
+    `trial_attrs` ({trial number: {key: value}}) user attributes of those trials (e.g. the MLflow
+    run id, a failed trial's reason: attributes a finished trial can no longer be given in place,
+    so the copy carries them)."""
     storage = optuna.storages.get_storage(url)
     try:
         optuna.delete_study(study_name=name, storage=storage)
     except KeyError:
         pass  # first copy
-    optuna.copy_study(from_study_name=study.study_name, from_storage=study._storage, to_storage=storage,
-                      to_study_name=name)
-    copy = optuna.load_study(study_name=name, storage=storage)
-    for key, value in attrs.items():
-        copy.set_user_attr(key, value)
+    target = optuna.create_study(study_name=name, storage=storage, directions=study.directions)
+    for key, value in study._storage.get_study_system_attrs(study._study_id).items():  # as optuna.copy_study
+        target._storage.set_study_system_attr(target._study_id, key, value)
+    for key, value in {**study.user_attrs, **attrs}.items():
+        target.set_user_attr(key, value)
+    extra = trial_attrs or {}
+    for trial in study.get_trials(deepcopy=False):
+        template = _with_user_attrs(trial, extra.get(trial.number))
+        target._storage.create_new_trial(target._study_id, template_trial=template)
     return name
+
+
+def _with_user_attrs(trial: FrozenTrial, attrs: dict[str, Any] | None) -> FrozenTrial:
+    if not attrs:
+        return trial  # the storage copies a template trial
+    trial = copy.deepcopy(trial)
+    trial.user_attrs = {**trial.user_attrs, **attrs}
+    return trial
 
 
 def _rung_study(study: optuna.Study, epoch: int) -> optuna.Study:

@@ -6,10 +6,14 @@ left running. Each start finds the trial's MLflow run by its Ray trial id and ca
 logging into it, so a trial has one run however many processes it took. A trial that failed
 for a reason that would only repeat (a NaN loss, a solver failure, no epoch within the time
 limit) is tagged `final_failure` and fails again at once if Ray retries it.
+
+A trial's run is named for what tells it apart from its siblings first: `trial-<n>/search/<family>`,
+n its number in the family's Optuna study (as optuna-dashboard shows it; tag `optuna_trial_number`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import tempfile
@@ -26,11 +30,18 @@ from pipeline.data.contract import Dataset
 from pipeline.errors import TrialFailedError
 from pipeline.spaces import split_config
 from pipeline.sweep.context import STATE_FILE, TrialContext, local_dataset
-from pipeline.sweep.families import family_of, without_family
+from pipeline.sweep.families import TRIAL_NUMBER_KEY, family_of, trial_number_of, without_family
 from pipeline.sweep.run_lookup import find_child_run
 from pipeline.train import TimeLimitReached, Trainer, TrainSettings, device_for
 
 FINAL_FAILURE_TAG = "final_failure"
+
+
+def trial_run_name(ctx: TrialContext, trial_id: str) -> str:
+    """`trial-<Optuna trial number>/search/<family>`: MLflow's runs table cuts long names, so the
+    part that differs between a search's trials comes first. A trial of an experiment started
+    before the number was kept falls back to its Ray trial id."""
+    return f"trial-{trial_id if ctx.trial_number is None else ctx.trial_number}/search/{ctx.family}"
 
 
 def trial_run(client: tracking.MlflowClient, ctx: TrialContext, trial_id: str, config: dict[str, Any]) -> str:
@@ -41,17 +52,19 @@ def trial_run(client: tracking.MlflowClient, ctx: TrialContext, trial_id: str, c
     found = find_child_run(client, ctx.experiment_id, ctx.parent_run_id, "ray_trial_id", trial_id)
     place = {"host": socket.gethostname(), "pid": os.getpid(), "ray_node_id": ray.get_runtime_context().get_node_id()}
     if found is None:
+        number = {} if ctx.trial_number is None else {TRIAL_NUMBER_KEY: ctx.trial_number}
         run_id = tracking.start_run(
-            client, ctx.experiment_id, f"search/{ctx.family}/{trial_id}",
+            client, ctx.experiment_id, trial_run_name(ctx, trial_id),
             {"dataset": ctx.dataset, "family": ctx.family, "stage": "search", "seed": ctx.seed,
-             "ray_trial_id": trial_id, **place}, parent_run_id=ctx.parent_run_id)
+             "ray_trial_id": trial_id, **number, **place}, parent_run_id=ctx.parent_run_id)
         tracking.log_params(client, run_id, config)
         return run_id
     if found.data.tags.get(FINAL_FAILURE_TAG) == "true":
         raise TrialFailedError(found.data.tags.get("error", "failed in an earlier attempt"))
     attempts = int(found.data.tags.get("attempts", "1")) + 1
     client.update_run(found.info.run_id, status="RUNNING")
-    tracking.set_tags(client, found.info.run_id, {"attempts": attempts, **place})
+    tracking.set_tags(client, found.info.run_id,
+                      {"attempts": attempts, tracking.RUN_LEVEL_TAG: tracking.CHILD_LEVEL, **place})
     if "interrupted" in found.data.tags:  # a stage interrupt closed it KILLED; it runs again now
         client.delete_tag(found.info.run_id, "interrupted")
     return found.info.run_id
@@ -76,7 +89,7 @@ def _fail(client: tracking.MlflowClient, run_id: str, error: BaseException) -> N
     """Close the run as FAILED; a failure that would repeat is marked so a retry does not rerun it."""
     if isinstance(error, TrialFailedError):
         tracking.set_tags(client, run_id, {FINAL_FAILURE_TAG: "true"})
-    tracking.finish(client, run_id, error)
+    tracking.finish(client, run_id, error, outcome=tracking.FAILED_OUTCOME)
 
 
 def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
@@ -119,9 +132,9 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
             error = ctx.first_epoch_too_slow()
             _fail(client, run_id, error)
             raise error from exc
-        # Otherwise the trial ends here with what it reported, like an early stop.
+        # Otherwise the trial ends here with what it reported, like an early stop: FINISHED, not failed.
         tracking.set_tags(client, run_id, {"time_limited": "true", "early_stopped": "true"})
-        tracking.terminate(client, run_id, "KILLED")
+        tracking.finish(client, run_id, outcome=tracking.STOPPED_EARLY)
     except Exception as exc:
         _fail(client, run_id, exc)
         raise
@@ -130,5 +143,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
 def run_family_trial(config: dict[str, Any], contexts: dict[str, TrialContext], data: Dataset,
                      trial_fn: Callable[[dict[str, Any], TrialContext, Dataset], None] = run_trial) -> None:
     """The trainable of a multi-family search (pipeline.sweep.families): the trial's family picks
-    its context; the trial itself sees only its own family's configuration."""
-    trial_fn(without_family(config), contexts[family_of(config)], data)
+    its context, to which the trial's Optuna number is added; the trial itself sees only its own
+    family's configuration."""
+    ctx = dataclasses.replace(contexts[family_of(config)], trial_number=trial_number_of(config))
+    trial_fn(without_family(config), ctx, data)
