@@ -227,7 +227,7 @@ def test_promote_shows_champion_and_candidate(repro: tuple[Path, str]) -> None:
     assert "decision: would not move the alias: the candidate is already the champion" in shown
 
 
-def test_second_repro_does_nothing_and_one_space_reruns_one_family(repro: tuple[Path, str]) -> None:
+def test_second_repro_runs_only_the_raw_file_check_and_one_space_reruns_one_family(repro: tuple[Path, str]) -> None:
     root, first = repro
     assert "Running stage" in first
     again = _run(root, "dvc", "repro")
