@@ -229,8 +229,14 @@ def scripted_search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dic
     return root, record
 
 
+def _store(root: Path) -> str:
+    """The store the fixture's search wrote to (its own, whatever MLFLOW_TRACKING_URI an earlier test
+    of this process left: mlflow.set_tracking_uri sets it process-wide)."""
+    return f"sqlite:///{root / 'mlflow.db'}"
+
+
 def _trial_runs(root: Path, record: dict) -> dict[int, object]:
-    client = MlflowClient(tracking.tracking_uri(root))
+    client = MlflowClient(_store(root))
     runs = {int(r.data.tags["optuna_trial_number"]): r for r in (client.get_run(t["mlflow_run_id"])
                                                                  for t in record["trials"])}
     assert sorted(runs) == [0, 1, 2]
@@ -257,7 +263,7 @@ def test_an_asha_stopped_trial_ends_finished_with_its_outcome_and_a_failure_fail
 
 def test_every_run_says_whether_it_is_a_parent_or_a_child(scripted_search) -> None:
     root, record = scripted_search
-    client = MlflowClient(tracking.tracking_uri(root))
+    client = MlflowClient(_store(root))
     exp = client.get_experiment_by_name("ctsweep/x")
     children = client.search_runs([exp.experiment_id], "tags.stage = 'search' and tags.run_level = 'child'")
     assert sorted(r.info.run_id for r in children) == sorted(t["mlflow_run_id"] for t in record["trials"])
