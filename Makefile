@@ -26,6 +26,8 @@ RAY_PORT ?= 6388
 # RAY_ADDRESS, one local Ray head serves every stage, instead of each stage starting its own
 # (about 10 s apiece); it is stopped when dvc repro ends, whatever the outcome. Its dashboard
 # (http://127.0.0.1:8265) shows the trials, and Ray Train needs it for data-parallel trials.
+# Ray 2.60 protects a local cluster with a token; `ray start` does not create one, so a fresh
+# machine gets ~/.ray/auth_token from `ray get-auth-token --generate` (kept when it exists).
 # `ray start --block` runs in the background and is stopped by its PID, which stops this head
 # only: `ray stop` would stop every Ray process of the machine's users, other clusters included.
 # A family whose every trial failed does not stop dvc repro (it is recorded as failed);
@@ -34,6 +36,7 @@ run: install
 	@git rev-parse --git-dir >/dev/null 2>&1 || git init -q
 	@if [ -n "$$RAY_ADDRESS" ]; then dvc repro; else \
 	  export RAY_AUTH_MODE=token; \
+	  ray get-auth-token --generate >/dev/null || exit 1; \
 	  ray start --head --block --port=$(RAY_PORT) --dashboard-host=127.0.0.1 --disable-usage-stats \
 	    >/dev/null 2>&1 & head=$$!; \
 	  trap 'kill $$head 2>/dev/null; wait $$head 2>/dev/null' EXIT; \

@@ -10,7 +10,7 @@
    (a local Ray of the run's own unless RAY_ADDRESS is set; its start-up is counted once per run
    and reported on its own), MLflow logging to a fresh SQLite store.
 2. Plain path: the SAME trials, read back from the search records (config, epochs reported,
-   status), trained by `pipeline.train.Trainer` in a pool of worker processes (spawn, 1 torch
+   status), trained by `pipeline.training.loop.Trainer` in a pool of worker processes (spawn, 1 torch
    thread each, as `resources: cpu: 1`), no Ray, Optuna or MLflow, grouped as the ctsweep path
    groups them (a dataset's trials at once, or one search after another). Ratio = ctsweep / plain.
 3. Throughput: the ctsweep path with 1 and 2 trials at a time (CPU), or 1, 2 and 4 trials per
@@ -124,7 +124,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def prepare_data(params: Params, datasets: list[str], data_root: Path, quick: bool) -> dict[str, Any]:
     """Prepare each dataset once under data_root/data/processed; {dataset: sizes}. Not timed."""
     from pipeline.data.prepare import prepare
-    from pipeline.paths import processed_dir, raw_dir, raw_lock_path
+    from pipeline.stores.paths import processed_dir, raw_dir, raw_lock_path
 
     sizes = {}
     for name in datasets:
@@ -208,7 +208,7 @@ def run_ctsweep(root: Path, pairs: list[tuple[str, str]], p: SearchParams, seque
     """
     import ray
 
-    from pipeline import tracking
+    from pipeline.stores import tracking
 
     out: dict[str, Any] = {"max_concurrent": p.max_concurrent, "resources": p.resources.model_dump(),
                            "sequential": sequential, "load_average_start": load_average(), "searches": [],
@@ -285,7 +285,7 @@ class TrialJob:
 
 def asha_stop_points(p: SearchParams) -> set[int]:
     """Epoch counts at which ASHA may stop a trial, and max_t (Ray's AsyncHyperBand rungs)."""
-    grace = min(p.asha.grace_period, p.epochs)  # as pipeline.sweep.search builds the scheduler
+    grace = min(p.asha.grace_period, p.epochs)  # as pipeline.sweep.tuner builds the scheduler
     rungs = int(math.log(p.epochs / grace) / math.log(p.asha.reduction_factor) + 1)
     return {math.ceil(grace * p.asha.reduction_factor ** k) for k in range(rungs)} | {p.epochs}
 
@@ -335,7 +335,7 @@ def _init_worker(devices: Any, barrier: Any) -> None:
     """Pool initializer: imports and this worker's device. Waits for every worker to get here,
     so the pool's start-up is timed whole."""
     global _DEVICE
-    import pipeline.train  # noqa: F401  imported here, so start-up is timed as start-up
+    import pipeline.training.loop  # noqa: F401  imported here, so start-up is timed as start-up
 
     _DEVICE = devices.get()
     barrier.wait()
@@ -356,7 +356,7 @@ def replay_trial(job: TrialJob) -> dict[str, Any]:
     from pipeline.data.contract import load_dataset
     from pipeline.errors import TrialFailedError
     from pipeline.spaces import split_config
-    from pipeline.train import TimeLimitReached, Trainer, TrainSettings
+    from pipeline.training.loop import TimeLimitReached, Trainer, TrainSettings
 
     torch.set_num_threads(job.threads)  # concurrent trials must not fight over cores
     start = time.perf_counter()
@@ -491,7 +491,7 @@ def throughput_row(label: str, run: dict[str, Any]) -> dict[str, Any]:
 def overhead_runs(args: argparse.Namespace, work: Path, data_root: Path,
                   pairs: list[tuple[str, str]], p: SearchParams) -> list[dict[str, Any]]:
     """--repeats times: a ctsweep run, then the plain replay of exactly its trials."""
-    from pipeline.paths import processed_dir
+    from pipeline.stores.paths import processed_dir
 
     repeats = []
     for r in range(args.repeats):
@@ -573,7 +573,7 @@ def render(report: dict[str, Any]) -> str:
          if report["settings"].get("sequential") else
          "Driver: one `search_many` per dataset, its families searched at once."), "",
         f"The same trials both ways, {report['settings']['workers']} at a time: ctsweep (Ray Tune + Optuna + "
-        "MLflow, one Ray session per run) and a plain loop of `pipeline.train.Trainer` in a pool of "
+        "MLflow, one Ray session per run) and a plain loop of `pipeline.training.loop.Trainer` in a pool of "
         "spawned processes (1 torch thread each) replaying each trial's config and reported epochs "
         "(time-limited trials train on to the same limit; failed ones up to their failure). "
         "Whole run = start-up + searches + shutdown; ratio = ctsweep ÷ plain.", "",

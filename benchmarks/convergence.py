@@ -90,11 +90,11 @@ def _init_worker() -> None:
 
 
 def train_seed(job: SeedJob) -> dict[str, Any]:
-    """Train one seed as the final stage does (pipeline/final.py train_seed), without MLflow."""
+    """Train one seed as the final stage does (pipeline/final/stage.py train_seed), without MLflow."""
     from pipeline.data.contract import load_dataset
     from pipeline.errors import TrialFailedError
     from pipeline.spaces import split_config
-    from pipeline.train import Trainer, TrainSettings, train_to_budget, with_patience
+    from pipeline.training.loop import Trainer, TrainSettings, train_to_budget, with_patience
 
     start = time.monotonic()
     try:
@@ -102,7 +102,7 @@ def train_seed(job: SeedJob) -> dict[str, Any]:
         train_cfg, model_cfg = split_config(job.config)
         trainer = Trainer(job.family, model_cfg, TrainSettings(**with_patience(train_cfg, job.patience)), data,
                           job.seed, job.device, job.epochs)
-        # the final stage's own stopping rules (pipeline.train.train_to_budget), without its MLflow logging
+        # the final stage's own stopping rules (pipeline.training.loop.train_to_budget), without its MLflow logging
         run = train_to_budget(trainer, job.epochs, job.time_limit_s, data.meta.mode)
         trainer.model.load_state_dict(run.best_state)
         val, test = trainer.evaluate("val"), trainer.evaluate("test")
@@ -115,7 +115,7 @@ def train_seed(job: SeedJob) -> dict[str, Any]:
 def cells(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(final records to retrain, skipped cells with their reason) over params.yaml's grid."""
     from pipeline.config import load_params
-    from pipeline.paths import final_result_path
+    from pipeline.stores.paths import final_result_path
 
     params = load_params(args.root / "params.yaml")
     datasets = [d for d in args.datasets.split(",") if d] or params.datasets
@@ -238,7 +238,7 @@ def estimate_seconds(per_epoch: dict[tuple[str, str], float], jobs: list[SeedJob
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the benchmark; returns the report written to convergence.json."""
     from benchmarks.zoo import machine_info
-    from pipeline.paths import processed_dir
+    from pipeline.stores.paths import processed_dir
 
     args = parse_args(argv)
     start, load_before = time.perf_counter(), os.getloadavg()[0]

@@ -38,7 +38,7 @@ LIMIT_MIB = 8e9 / 2**20  # the 8 GB requirement, in MiB
 def speech_commands(src: Path, rng: np.random.Generator) -> str:
     """speech_commands_v0.02.tar.gz of ./<word>/<hash>_nohash_0.wav (16 kHz int16 mono), as the real 2.3 GB one:
     a voiced burst over faint noise, which gzips to ~0.68 of its size as real speech does."""
-    from pipeline.data.speech_commands import KEYWORDS
+    from pipeline.data.kinds.speech_commands import KEYWORDS
 
     others = ("bed bird cat dog eight five four happy house marvin nine one seven sheila six three tree two "
               "wow zero backward follow forward learn visual").split()
@@ -86,7 +86,7 @@ def sepsis(src: Path, rng: np.random.Generator) -> str:
     one .psv per stay, the challenge's 41-column header, hourly rows, 7.3% septic."""
     import pandas as pd
 
-    from pipeline.data.sepsis import COLUMNS
+    from pipeline.data.kinds.sepsis import COLUMNS
 
     n = 40_336
     lengths = np.clip(rng.gamma(4, 10, n), 8, 336).astype(int)
@@ -118,7 +118,7 @@ def sepsis(src: Path, rng: np.random.Generator) -> str:
 def physionet2012(src: Path, rng: np.random.Generator) -> str:
     """set-a.tar.gz (set-a/<RecordID>.txt, "Time,Parameter,Value") and Outcomes-a.txt, 4,000 stays:
     ~75 measurement times in 48 h with ~8 parameters each, 14% deaths."""
-    from pipeline.data.physionet2012 import TIME_SERIES
+    from pipeline.data.kinds.physionet2012 import TIME_SERIES
 
     outcomes = ["RecordID,SAPS-I,SOFA,Length_of_stay,Survival,In-hospital_death"]
     with tarfile.open(src / "set-a.tar.gz", "w:gz") as tar:
@@ -152,7 +152,7 @@ def eigenworms(src: Path, rng: np.random.Generator) -> str:
 
 def person_activity(src: Path, rng: np.random.Generator) -> str:
     """ConfLongDemo_JSI.txt: 164,860 tag readings in 25 recordings (A01..E05) of 4 tags, ~27 ms apart."""
-    from pipeline.data.person_activity import CLASS_OF, TAGS
+    from pipeline.data.kinds.person_activity import CLASS_OF, TAGS
 
     activities, tags = list(CLASS_OF), list(TAGS)
     lines, tick = [], 633_790_226_051_280_329

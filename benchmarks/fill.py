@@ -133,7 +133,7 @@ def synthetic_trial(config: dict[str, Any], ctx: Any, data: Any) -> None:
     goes to <root>/busy/ as it exits, however it exits (ASHA's stop ends it inside the report)."""
     from ray import tune
 
-    from pipeline import tracking
+    from pipeline.stores import tracking
     from pipeline.sweep.trial import trial_run
 
     start = time.time()
@@ -179,8 +179,8 @@ def new_project(work: Path, label: str, workload: Workload) -> Path:
     """A project root: the repository's search spaces and params.yaml, a tiny XOR dataset and
     the workload file the trials read."""
     from pipeline.data.contract import save_dataset
-    from pipeline.data.xor import build
-    from pipeline.paths import processed_dir
+    from pipeline.data.kinds.xor import build
+    from pipeline.stores.paths import processed_dir
 
     root = (work / label).resolve()
     shutil.copytree(ROOT / "search_spaces", root / "search_spaces")
@@ -237,7 +237,7 @@ def environment(values: dict[str, str]) -> Iterator[None]:
 
 def run_mode(work: Path, label: str, workload: Workload) -> dict[str, Any]:
     """One mode (MODES) in its own project and Ray: every search through the real driver, timed."""
-    from pipeline import tracking
+    from pipeline.stores import tracking
     from pipeline.sweep.search import search, search_many
 
     driver, env = MODES[label]

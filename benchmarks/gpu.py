@@ -118,7 +118,7 @@ def trial_spans(root: Path, records: dict[str, dict[str, Any]]) -> list[dict[str
     """Every trial's busy span (seconds since the epoch) and family: from its MLflow run's start
     to its last logged epoch. Not the run's end: the driver closes the trials' runs after the
     search (pipeline.sweep.records.close_runs), so that end is when the search ended."""
-    from pipeline import tracking
+    from pipeline.stores import tracking
     from pipeline.sweep import run_lookup
     from pipeline.sweep.records import METRIC
 
@@ -135,7 +135,7 @@ def trial_spans(root: Path, records: dict[str, dict[str, Any]]) -> list[dict[str
 def run_mode(work: Path, label: str, data: Path, s: Settings, families: list[str], p: SearchParams,
              sequential: bool, slots: int) -> dict[str, Any]:
     """One search (or one per family) in its own project and Ray, timed from the first call to the last return."""
-    from pipeline import tracking
+    from pipeline.stores import tracking
     from pipeline.sweep.search import search, search_many
 
     root = new_project(work, label, data)

@@ -31,9 +31,9 @@ from typing import Any
 import torch
 
 from benchmarks.data import DataSpec, synthetic_dataset
-from pipeline.allocator import keep_freed_memory
+from pipeline.runtime.allocator import keep_freed_memory
 from pipeline.errors import TrialFailedError
-from pipeline.train import TimeLimitReached, Trainer, TrainSettings
+from pipeline.training.loop import TimeLimitReached, Trainer, TrainSettings
 
 MB = 1024 * 1024
 
@@ -62,7 +62,7 @@ class Result:
     peak_mb: float | None = None  # process RSS peak (CPU) or allocated peak (CUDA)
     train_mb: float | None = None  # that peak above the level training started from
     memory_method: str = ""
-    malloc: str = ""  # "keep": pipeline/allocator.py's settings were in force; "system": glibc's own
+    malloc: str = ""  # "keep": pipeline/runtime/allocator.py's settings were in force; "system": glibc's own
     error: str = ""
 
 

@@ -8,7 +8,7 @@ model-zoo benchmark's job (benchmarks/measure.py: synthetic irregular data, one 
 warm-up epochs untimed, median of the timed ones) run in a fresh interpreter whose PYTHONPATH
 is that tree, with the same job (the current reference configuration and data) for both. This
 tree is measured twice: as it runs (`after`) and with `CTSWEEP_MALLOC=system` (`after_system`:
-glibc's malloc as the earlier tree has it, pipeline/allocator.py), so the code's share of the
+glibc's malloc as the earlier tree has it, pipeline/runtime/allocator.py), so the code's share of the
 speed-up and the allocator's are told apart. The sides alternate `--repeats` times so that a
 noisy stretch of a shared machine hits all; each side's figure is the median over its repeats
 and the ratios are before / after and before / after_system.

@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.zoo [--families cfc,ncde] [--device cuda] [--quick]
 
 Each family trains with its paper's reference configuration (search_spaces/<family>.yaml,
-`reference` + `fixed`) through pipeline.train.Trainer on one seeded synthetic dataset
+`reference` + `fixed`) through pipeline.training.loop.Trainer on one seeded synthetic dataset
 (benchmarks/data.py), each measurement in a process of its own (benchmarks/measure.py). Two
 extra sections: CfC's speed-up over ODE-RNN with fixed-step rk4, and the training memory of
 the fast weight programmers with and without the adjoint at two sequence lengths. Writes

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from pipeline import tracking
+from pipeline.stores import tracking
 from pipeline.errors import CtsweepError
 
 BIN = Path(sys.executable).parent

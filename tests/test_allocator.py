@@ -1,4 +1,4 @@
-"""pipeline.allocator: glibc malloc keeps freed tensor memory for reuse in training processes."""
+"""pipeline.runtime.allocator: glibc malloc keeps freed tensor memory for reuse in training processes."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # reliably: the kernel's reclaim and huge pages make them vary from run to run.
 _PROBE = """
 import ctypes, json, torch
-from pipeline.allocator import keep_freed_memory
+from pipeline.runtime.allocator import keep_freed_memory
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
@@ -59,7 +59,7 @@ def test_freed_tensors_stay_with_the_process() -> None:
 
 
 def test_keep_is_the_default_and_applies_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline import allocator
+    from pipeline.runtime import allocator
 
     monkeypatch.delenv(allocator.ENV, raising=False)
     assert allocator.mode() == "keep"

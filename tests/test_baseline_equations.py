@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.models.ncde import NeuralCDE
-from pipeline.models.ode_rnn import ODERNN
+from pipeline.models.neural_de.ncde import NeuralCDE
+from pipeline.models.neural_de.ode_rnn import ODERNN
 
 from test_models import make_split
 

@@ -21,7 +21,7 @@ if str(ROOT) not in sys.path:  # benchmarks/ is a folder of the repository, not 
 from benchmarks import cluster  # noqa: E402
 from pipeline.config import AshaParams, SearchParams, XorParams  # noqa: E402
 from pipeline.data.contract import Dataset, Split, save_dataset  # noqa: E402
-from pipeline.data.xor import build as build_xor  # noqa: E402
+from pipeline.data.kinds.xor import build as build_xor  # noqa: E402
 from pipeline.errors import ConfigError  # noqa: E402
 from pipeline.spaces import load_space, space_path  # noqa: E402
 

@@ -20,8 +20,8 @@ if str(ROOT) not in sys.path:  # benchmarks/ is a folder of the repository, not 
 from benchmarks import convergence  # noqa: E402
 from pipeline.config import XorParams  # noqa: E402
 from pipeline.data.contract import save_dataset  # noqa: E402
-from pipeline.data.xor import build as build_xor  # noqa: E402
-from pipeline.paths import final_result_path, processed_dir  # noqa: E402
+from pipeline.data.kinds.xor import build as build_xor  # noqa: E402
+from pipeline.stores.paths import final_result_path, processed_dir  # noqa: E402
 
 CFC = {"lr": 0.01, "optimizer": "rmsprop", "lr_schedule": "none", "grad_clip": 1.0, "weight_decay": 0.0,
        "batch_size": 64, "hidden_size": 16, "backbone_units": 16, "backbone_layers": 1,

@@ -12,7 +12,7 @@ import pytest
 from benchmarks import gpu
 from pipeline.config import XorParams
 from pipeline.data.contract import save_dataset
-from pipeline.data.xor import build
+from pipeline.data.kinds.xor import build
 
 ROOT = Path(__file__).resolve().parents[1]
 

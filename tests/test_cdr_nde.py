@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from pipeline.models.base import elapsed_times
-from pipeline.models.cdr_nde import (
+from pipeline.models.cdr_nde.cdr_nde import (
     CDRNDE,
     CDRNDEHeat,
     _DepthField,

@@ -10,8 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from pipeline.models import cdr_nde, cdr_rate
-from pipeline.models.cdr_nde import (CDRNDE, CDRNDEHeat, gap_weights, gru_source, previous_steps,
+from pipeline.models.cdr_nde import cdr_nde
+from pipeline.models.cdr_nde import depth_rate as cdr_rate
+from pipeline.models.cdr_nde.cdr_nde import (CDRNDE, CDRNDEHeat, gap_weights, gru_source, previous_steps,
                                      second_difference, uniform_weights)
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}

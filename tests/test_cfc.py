@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.models.cfc import CfC, CfCMMRNN, CfCNoGate, CfS
-from pipeline.models.ltc import LTC
+from pipeline.models.cfc.cfc import CfC, CfCMMRNN, CfCNoGate, CfS
+from pipeline.models.cfc.ltc import LTC
 
 C, H, U = 3, 4, 5  # input channels, hidden size, backbone units
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.check import check_project
+from pipeline.cli.check import check_project
 from pipeline.cli import app
 from pipeline.errors import ConfigError
 from pipeline.sweep.sensitivity import check_optuna_storage
-from pipeline.storage import check_storage_path
+from pipeline.stores.ray_storage import check_storage_path
 
 
 def _tree(root: Path) -> dict[str, str]:

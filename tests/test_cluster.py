@@ -19,13 +19,13 @@ import pytest
 import ray
 from mlflow.tracking import MlflowClient
 
-from pipeline import tracking
+from pipeline.stores import tracking
 from pipeline.sweep import run_lookup
 from pipeline.config import AshaParams, Resources, ResourceOverride, SearchParams, XorParams
 from pipeline.data.contract import save_dataset
-from pipeline.data.xor import build as build_xor
+from pipeline.data.kinds.xor import build as build_xor
 from pipeline.errors import ConfigError, ResourceError
-from pipeline.paths import processed_dir
+from pipeline.stores.paths import processed_dir
 from pipeline.sweep.search import search
 from tests.clusters import RayCluster, mlflow_server, store_client, watch
 from tests.conftest import default_params, write_params

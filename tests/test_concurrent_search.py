@@ -15,12 +15,13 @@ import ray
 from mlflow.tracking import MlflowClient
 from ray.tune.search import Searcher
 
-from pipeline import staleness, tracking
+from pipeline.stores import staleness
+from pipeline.stores import tracking
 from pipeline.config import FinalParams, Resources, SearchParams, XorParams
 from pipeline.data.contract import save_dataset
-from pipeline.data.xor import build as build_xor
-from pipeline.final import final_many
-from pipeline.paths import final_result_path, processed_dir, search_result_path
+from pipeline.data.kinds.xor import build as build_xor
+from pipeline.final.stage import final_many
+from pipeline.stores.paths import final_result_path, processed_dir, search_result_path
 from pipeline.sweep.cluster import PENDING_TRIALS_ENV, SNAPSHOT_WARNING_ENV, pending_trials, trial_slots
 from pipeline.sweep.families import FAMILY_KEY, TRIAL_NUMBER_KEY, FamilySearcher
 from pipeline.sweep.scheduling import make_searcher

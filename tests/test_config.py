@@ -301,7 +301,7 @@ def test_pure_python_yaml_gives_the_same_refusals(tmp_path, monkeypatch) -> None
     import sys
 
     monkeypatch.setitem(sys.modules, "yaml._yaml", None)
-    spec = importlib.util.spec_from_file_location("yaml_load_pure", REPO / "pipeline" / "yaml_load.py")
+    spec = importlib.util.spec_from_file_location("yaml_load_pure", REPO / "pipeline" / "config" / "yaml_load.py")
     pure = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(pure)
     assert not hasattr(pure, "CParser") and pure._Parser.__module__ == "yaml_load_pure"

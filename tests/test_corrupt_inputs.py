@@ -22,9 +22,9 @@ from pipeline.cli import app
 from pipeline.config import XorParams
 from pipeline.data.contract import load_dataset, load_meta, save_dataset
 from pipeline.data.download import RawFile, fetch
-from pipeline.data.xor import build as build_xor
+from pipeline.data.kinds.xor import build as build_xor
 from pipeline.errors import CorruptInputError
-from pipeline.paths import final_result_path, processed_dir, search_result_path
+from pipeline.stores.paths import final_result_path, processed_dir, search_result_path
 from tests import test_data_person_activity as person
 from tests.conftest import default_params, write_params
 

@@ -8,8 +8,8 @@ import pytest
 
 from pipeline.config import XorParams
 from pipeline.data.contract import Split, load_dataset, save_dataset, standardise, stratified_split
-from pipeline.data.xor import build as build_xor
-from pipeline.data.xor import PAD, generate_xor
+from pipeline.data.kinds.xor import build as build_xor
+from pipeline.data.kinds.xor import PAD, generate_xor
 
 
 def _decode(split: Split, i: int) -> list[int]:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pipeline.config import ImdbParams
-from pipeline.data import imdb
+from pipeline.data.kinds import imdb
 from pipeline.data.download import sha256_of
 from pipeline.errors import DataError, DownloadError
 from tests.conftest import prepare_served

@@ -252,7 +252,7 @@ def test_the_yaml_section_for_the_lead_loads(tmp_path):
 
 def test_a_temporal_weights_family_trains_on_the_chunks(tmp_path, served):
     """One epoch of latent_ode_tw on 12 channels with missing tags (NaN) and 7 classes per step."""
-    from pipeline.train import Trainer, TrainSettings
+    from pipeline.training.loop import Trainer, TrainSettings
     from tests.test_models import SMALL
 
     _, ds = run(tmp_path, served, val_fraction=0.3)

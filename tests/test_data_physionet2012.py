@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pipeline.config import Physionet2012Params
-from pipeline.data import physionet2012 as p12
+from pipeline.data.kinds import physionet2012 as p12
 from pipeline.data.prepare import prepare
 from pipeline.errors import DataError
 from tests.conftest import prepare_served

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pipeline.config import SepsisParams
-from pipeline.data import sepsis
+from pipeline.data.kinds import sepsis
 from pipeline.data.prepare import prepare
 from pipeline.errors import DataError
 from tests.conftest import prepare_served

@@ -155,7 +155,7 @@ def test_the_yaml_section_for_the_lead_loads(tmp_path):
 
 def test_a_temporal_weights_family_trains_per_hour(tmp_path, served):
     """One epoch of ode_rnn_tw on the per-hour labels: per-step loss over the scored hours, AUROC."""
-    from pipeline.train import Trainer, TrainSettings
+    from pipeline.training.loop import Trainer, TrainSettings
     from tests.test_models import SMALL
 
     _, ds = run(tmp_path, served, task="hourly")

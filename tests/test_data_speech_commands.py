@@ -15,7 +15,7 @@ from scipy.io import wavfile
 from pipeline.config import SpeechCommandsParams
 from pipeline.data.contract import load_dataset, stratified_split
 from pipeline.data.prepare import prepare
-from pipeline.data.speech_commands import FILENAME, KEYWORDS, mfcc
+from pipeline.data.kinds.speech_commands import FILENAME, KEYWORDS, mfcc
 from pipeline.errors import DataError
 
 PER_WORD = 10  # 100 clips: enough for a stratified 70/15/15 split of 10 classes

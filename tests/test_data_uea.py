@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pipeline.config import PrecomputeSpec, UeaParams
-from pipeline.data import uea
+from pipeline.data.kinds import uea
 from pipeline.data.contract import Dataset, load_dataset
 from pipeline.data.prepare import prepare
 from pipeline.errors import ConfigError, DataError, DownloadError

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.data.contract import load_dataset
-from pipeline.train import Trainer, TrainSettings
-from pipeline.data import imdb
+from pipeline.training.loop import Trainer, TrainSettings
+from pipeline.data.kinds import imdb
 from tests import test_data_imdb as imdb_fixture
 from tests import test_data_person_activity as person
 from tests import test_data_sepsis as sepsis

@@ -26,14 +26,14 @@ from ray import cloudpickle, tune
 from ray.tune.schedulers import ASHAScheduler
 from torch.nn.parallel import DistributedDataParallel
 
-from pipeline import tracking
+from pipeline.stores import tracking
 from pipeline.config import XorParams
 from pipeline.data.contract import Dataset, Split, load_dataset, save_dataset
-from pipeline.data.xor import build as build_xor
+from pipeline.data.kinds.xor import build as build_xor
 from pipeline.sweep.distributed import DRIVER_RESOURCES, STATE_FILE, check_state_api, run_data_parallel
 from pipeline.errors import ConfigError, TrialFailedError
 from pipeline.spaces import split_config
-from pipeline.train import TimeLimitReached, Trainer, TrainSettings
+from pipeline.training.loop import TimeLimitReached, Trainer, TrainSettings
 from pipeline.sweep.context import TrialContext
 
 CFC = {"hidden_size": 8, "backbone_units": 8, "backbone_layers": 1, "backbone_dropout": 0.0}
@@ -278,7 +278,7 @@ def test_a_search_trains_every_trial_on_two_workers(project: Path, monkeypatch: 
     run of two gloo workers (a local Ray with its dashboard, which Ray Train needs to free the
     workers of a stopped trial), and Tune, Optuna and MLflow see it like any trial."""
     from pipeline.config import AshaParams, ResourceOverride, SearchParams
-    from pipeline.paths import processed_dir
+    from pipeline.stores.paths import processed_dir
     from pipeline.sweep.search import search
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

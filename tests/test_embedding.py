@@ -11,8 +11,8 @@ import torch
 
 from pipeline.data.contract import Dataset, Meta, Split, save_dataset
 from pipeline.errors import ConfigError
-from pipeline.serving import load_checkpoint, save_checkpoint
-from pipeline.train import Trainer, TrainSettings, build_model
+from pipeline.serving.pyfunc import load_checkpoint, save_checkpoint
+from pipeline.training.loop import Trainer, TrainSettings, build_model
 
 VOCAB, EMB = 50, 6
 

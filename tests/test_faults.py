@@ -16,14 +16,14 @@ import pytest
 import ray
 from mlflow.tracking import MlflowClient
 
-from pipeline import tracking
+from pipeline.stores import tracking
 from pipeline.sweep import run_lookup
 from pipeline.config import AshaParams, SearchParams, XorParams
 from pipeline.data.contract import save_dataset
-from pipeline.data.xor import build as build_xor
+from pipeline.data.kinds.xor import build as build_xor
 from pipeline.errors import OutputError
-from pipeline.io import check_writable, write_json
-from pipeline.paths import processed_dir, search_result_path
+from pipeline.stores.files import check_writable, write_json
+from pipeline.stores.paths import processed_dir, search_result_path
 from pipeline.sweep.search import search
 from tests.clusters import store_client, watch
 

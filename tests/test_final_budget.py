@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import tracking
+from pipeline.stores import tracking
 from pipeline.config import FinalParams, XorParams, load_params
 from pipeline.data.contract import save_dataset
-from pipeline.data.xor import build as build_xor
+from pipeline.data.kinds.xor import build as build_xor
 from pipeline.errors import ConfigError
-from pipeline.final import final, stopping
-from pipeline.paths import final_result_path, processed_dir, search_result_path
-from pipeline.train import train_to_budget
+from pipeline.final.stage import final, stopping
+from pipeline.stores.paths import final_result_path, processed_dir, search_result_path
+from pipeline.training.loop import train_to_budget
 from tests.conftest import default_params, write_params
 
 # A small CfC (Hasani et al. 2022, Table S1's optimiser and schedule) that trains in well under a
@@ -162,7 +162,7 @@ def test_the_best_epoch_is_the_first_best_in_either_direction() -> None:
 
 
 class _FakeTrainer:
-    """run_epoch returns the next validation score; `patience` as pipeline.train.Trainer counts it."""
+    """run_epoch returns the next validation score; `patience` as pipeline.training.loop.Trainer counts it."""
 
     def __init__(self, scores: list[float], patience: int = 0, losses: list[float] | None = None) -> None:
         self.scores, self.patience, self.epoch, self.best, self.stale = scores, patience, 0, None, 0

@@ -14,14 +14,14 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.models import MODELS
-from pipeline.models._fwp import STATIC_HIDDEN, _GatedField, _unit_grid
+from pipeline.models.fast_weights.programmer import STATIC_HIDDEN, _GatedField, _unit_grid
 from pipeline.models.base import model_arguments
-from pipeline.models.cde_fwp import DeltaCDEFWP, HebbCDEFWP, OjaCDEFWP
-from pipeline.models.fwp_rules import delta_update, hebb_update, oja_update
-from pipeline.models.logsig import LogSigInputs
-from pipeline.models.node_fwp import DeltaNODEFWP, HebbNODEFWP, OjaNODEFWP
-from pipeline.models.rde import RoughDeltaFWP
-from pipeline.models.rde_node_fwp import RoughDeltaNODEFWP, RoughHebbNODEFWP, RoughOjaNODEFWP
+from pipeline.models.fast_weights.cde import DeltaCDEFWP, HebbCDEFWP, OjaCDEFWP
+from pipeline.models.fast_weights.rules import delta_update, hebb_update, oja_update
+from pipeline.models.blocks.logsig import LogSigInputs
+from pipeline.models.fast_weights.node import DeltaNODEFWP, HebbNODEFWP, OjaNODEFWP
+from pipeline.models.fast_weights.rde import RoughDeltaFWP
+from pipeline.models.fast_weights.rde_node import RoughDeltaNODEFWP, RoughHebbNODEFWP, RoughOjaNODEFWP
 from pipeline.spaces import load_space, split_config
 
 from test_models import make_split
@@ -419,7 +419,7 @@ def test_static_channels_must_name_last_channels_of_x(value: object) -> None:
 def test_sepsis_spaces_ask_for_the_static_initial_state(name: str) -> None:
     """The paper's Sepsis behaviour is the default on sepsis (5 statics) and sepsis_intensity (7),
     as many as the dataset's static channels; other datasets keep W(0) = the rule's write at s = 0."""
-    from pipeline.data.sepsis import channel_names
+    from pipeline.data.kinds.sepsis import channel_names
 
     space = load_space(SPACES / f"{name}.yaml")
     assert "static_channels" not in space.fixed

@@ -10,10 +10,10 @@ import torch
 from pipeline.config import XorParams
 from pipeline.data.contract import load_dataset, save_dataset
 from pipeline.data.inputs import build_inputs, cache_dir, input_key, load_inputs, precompute
-from pipeline.data.xor import build as build_xor
+from pipeline.data.kinds.xor import build as build_xor
 from pipeline.errors import ConfigError
 from pipeline.models import get_model_class
-from pipeline.train import Trainer, TrainSettings
+from pipeline.training.loop import Trainer, TrainSettings
 
 NRDE = {"hidden_size": 8, "vf_units": 8, "vf_layers": 1, "logsig_depth": 2, "logsig_step": 4, "method": "rk4"}
 

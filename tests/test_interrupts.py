@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from pipeline import tracking
+from pipeline.stores import tracking
 from pipeline.config import XorParams
 from pipeline.data.contract import save_dataset
-from pipeline.data.xor import build as build_xor
-from pipeline.paths import processed_dir, search_result_path
-from pipeline.sweep.search import COMPLETE_TAG
+from pipeline.data.kinds.xor import build as build_xor
+from pipeline.stores.paths import processed_dir, search_result_path
+from pipeline.sweep.parents import COMPLETE_TAG
 from tests.clusters import store_client, watch
 from tests.conftest import default_params, write_params
 
@@ -137,8 +137,8 @@ def test_an_interrupted_search_keeps_the_old_result_and_resumes(root: Path, case
 
 def test_an_interrupted_final_stage_keeps_the_old_result_and_resumes_its_finished_seeds(root: Path) -> None:
     from pipeline.config import load_params
-    from pipeline.final_resume import COMPLETE_TAG as FINAL_COMPLETE
-    from pipeline.paths import final_result_path
+    from pipeline.final.resume import COMPLETE_TAG as FINAL_COMPLETE
+    from pipeline.stores.paths import final_result_path
     from pipeline.sweep.search import search
 
     raw = default_params()

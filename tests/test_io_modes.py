@@ -7,7 +7,7 @@ import os
 import stat
 from pathlib import Path
 
-from pipeline.io import write_json, write_text
+from pipeline.stores.files import write_json, write_text
 
 
 def _mode(path: Path) -> int:
@@ -35,9 +35,9 @@ def test_new_files_follow_the_umask_and_rewritten_files_keep_their_mode(tmp_path
 
 def test_staged_reports_and_prepared_datasets_follow_the_umask(tmp_path: Path) -> None:
     from pipeline.data.contract import save_dataset
-    from pipeline.data.xor import build as build_xor
+    from pipeline.data.kinds.xor import build as build_xor
     from pipeline.config import XorParams
-    from pipeline.staging import staged
+    from pipeline.stores.staging import staged
 
     previous = os.umask(0o027)
     try:

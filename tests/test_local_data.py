@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from pipeline.data.contract import Dataset, load_dataset
-from pipeline.data.local.files import MEMORY_FACTOR, memory_bytes
+from pipeline.data.kinds.local.files import MEMORY_FACTOR, memory_bytes
 from pipeline.data.prepare import fetch, prepare
-from pipeline.dataset_params import LocalParams, UeaParams
+from pipeline.config.datasets import LocalParams, UeaParams
 from pipeline.errors import ConfigError, DataError
-from pipeline.train import Trainer, TrainSettings
+from pipeline.training.loop import Trainer, TrainSettings
 
 SMALL_CFC = {"hidden_size": 8, "backbone_units": 8, "backbone_layers": 1}
 CLASSES = ("walk", "run", "sit")

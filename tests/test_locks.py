@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import SearchParams
-from pipeline.locks import BusyError, stage_lock
+from pipeline.stores.locks import BusyError, stage_lock
 from pipeline.sweep.search import search
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from pipeline.locks import stage_lock
+from pipeline.stores.locks import stage_lock
 with stage_lock(Path(sys.argv[1]), "search", "xor", "cfc"):
     print("held", flush=True)
     time.sleep(60)
@@ -54,7 +54,7 @@ def test_the_lock_is_reentrant_across_sequential_runs(tmp_path: Path) -> None:
 
 def test_a_sweep_over_several_families_is_refused_when_one_of_them_is_running(tmp_path: Path) -> None:
     from pipeline.config import FinalParams
-    from pipeline.final import final_many
+    from pipeline.final.stage import final_many
     from pipeline.sweep.search import search_many
 
     holder = _holder(tmp_path)

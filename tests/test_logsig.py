@@ -11,9 +11,9 @@ import torchdiffeq
 import yaml
 from torch import nn
 
-from pipeline.models.logsig import logsig_knots
-from pipeline.models.nrde import NeuralRDE
-from pipeline.models.rde import RoughDeltaFWP, RoughHebbFWP, RoughOjaFWP
+from pipeline.models.blocks.logsig import logsig_knots
+from pipeline.models.neural_de.nrde import NeuralRDE
+from pipeline.models.fast_weights.rde import RoughDeltaFWP, RoughHebbFWP, RoughOjaFWP
 
 NAN = float("nan")
 

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import PromoteParams
-from pipeline.paths import final_result_path, search_result_path
-from pipeline.promote import promote, promote_dataset
+from pipeline.stores.paths import final_result_path, search_result_path
+from pipeline.registry.promote import promote, promote_dataset
 from pipeline.reporting.marks import (EDGE, FAILED, MOSTLY_FAILED, NOT_CONVERGED, Mark, cell_marks, edge,
                                       mostly_failed, not_converged, still_improving)
 from pipeline.reporting.report import report

@@ -9,11 +9,11 @@ import torch
 import yaml
 
 from pipeline.models import MODELS, SequenceModel, get_model_class
-from pipeline.models._cde import path_coefficients
+from pipeline.models.blocks.cde import path_coefficients
 from pipeline.models.base import model_arguments
 
 SEARCH_SPACES = Path(__file__).resolve().parents[1] / "search_spaces"
-from pipeline.protocol import TRAINING_KEYS
+from pipeline.config.protocol import TRAINING_KEYS
 TRAINER_SUPPLIED = {"input_channels", "output_size", "per_step"}
 CHANNELS, OUTPUTS = 2, 3
 
@@ -201,7 +201,7 @@ def test_search_space_keys_and_reference(name: str) -> None:
 def test_adaptive_step_cap_counts_per_output_interval() -> None:
     """torchdiffeq caps max_num_steps per output interval: outputs at every knot keep the
     per-interval cap, a call returning only the end gets it once per interval."""
-    from pipeline.models._cde import solver_kwargs, stop_at_knots
+    from pipeline.models.blocks.cde import solver_kwargs, stop_at_knots
 
     solver = solver_kwargs("dopri5", 1.0, 1e-3, 1e-4, 7)
     grid = torch.arange(5.0)

@@ -13,11 +13,11 @@ from typer.testing import CliRunner
 from pipeline.cli import app
 from pipeline.config import FinalParams, SearchParams, XorParams
 from pipeline.data.contract import save_dataset
-from pipeline.data.xor import build as build_xor
+from pipeline.data.kinds.xor import build as build_xor
 from pipeline.errors import ConfigError
-from pipeline.final import final
+from pipeline.final.stage import final
 from pipeline.names import check_name, inside, is_name, shown
-from pipeline.paths import final_result_path, processed_dir, raw_dir, search_result_path
+from pipeline.stores.paths import final_result_path, processed_dir, raw_dir, search_result_path
 from pipeline.sweep.search import search
 
 BAD = [".", "..", "", "a/b", "../x", "/", "/tmp/elsewhere", "-x", "x" * 65, "a b", "a\nb", "ümlaut", "a.b"]

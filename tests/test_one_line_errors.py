@@ -3,7 +3,7 @@ import or on loading a model (MLflow's "Add type hints" warning was one) comes b
 
 Each test runs the installed `ctsweep` as a subprocess, since typer's in-process runner would
 miss warnings already printed (and then suppressed) by an earlier import in the test session.
-The `final` case (not marked slow) imports pipeline.serving as `predict` does, so it also guards
+The `final` case (not marked slow) imports pipeline.serving.pyfunc as `predict` does, so it also guards
 the pyfunc class against MLflow's import-time warning.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.paths import processed_dir, search_result_path
+from pipeline.stores.paths import processed_dir, search_result_path
 from tests.test_predict import METAS, _register, _series
 
 CTSWEEP = Path(sys.executable).with_name("ctsweep")
@@ -26,7 +26,7 @@ CTSWEEP = Path(sys.executable).with_name("ctsweep")
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "PYTHONWARNINGS")}
-    command = [str(CTSWEEP)] if CTSWEEP.exists() else [sys.executable, "-m", "pipeline.cli"]
+    command = [str(CTSWEEP)] if CTSWEEP.exists() else [sys.executable, "-m", "pipeline.cli.app"]
     return subprocess.run([*command, *args], capture_output=True, text=True, env=env, timeout=300)
 
 

@@ -15,13 +15,15 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from pipeline import tracking
+from pipeline.stores import tracking
 from pipeline.data.contract import Meta
 from pipeline.errors import CtsweepError, DataError
-from pipeline.predict import Series, _check_output, load_registered, predict_file, read_series, screen
-from pipeline.promote import registered_name
-from pipeline.serving import log_model_from_state, predict_arrays
-from pipeline.train import build_model
+from pipeline.serving.predict import load_registered, predict_file
+from pipeline.serving.screening import _check_output, screen
+from pipeline.serving.series import Series, read_series
+from pipeline.stores.tracking import registered_name
+from pipeline.serving.pyfunc import log_model_from_state, predict_arrays
+from pipeline.training.loop import build_model
 
 CHANNELS = ["a", "b"]
 KWARGS = {"hidden_size": 8, "backbone_units": 8, "backbone_layers": 1}

@@ -18,13 +18,16 @@ import torch
 
 from pipeline import profiles
 from pipeline.config import load_params, params_from, read_yaml
-from pipeline.data import person_activity, physionet2012, speech_commands, walker2d
+from pipeline.data.kinds import person_activity
+from pipeline.data.kinds import physionet2012
+from pipeline.data.kinds import speech_commands
+from pipeline.data.kinds import walker2d
 from pipeline.data.contract import Dataset, Meta, Split
-from pipeline.data.sepsis import channel_names
+from pipeline.data.kinds.sepsis import channel_names
 from pipeline.errors import ConfigError
 from pipeline.models import MODELS
 from pipeline.spaces import check_for_dataset, load_space, space_path, split_config
-from pipeline.train import Trainer, TrainSettings
+from pipeline.training.loop import Trainer, TrainSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "params.yaml"

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from pipeline import tracking
+from pipeline.stores import tracking
 from pipeline.config import PromoteParams
 from pipeline.data.contract import Meta
 from pipeline.errors import CtsweepError
-from pipeline.paths import final_result_path
-from pipeline.promote import judge, promote, promote_dataset
-from pipeline.serving import log_model_from_state
-from pipeline.train import build_model
+from pipeline.stores.paths import final_result_path
+from pipeline.registry.promote import judge, promote, promote_dataset
+from pipeline.serving.pyfunc import log_model_from_state
+from pipeline.training.loop import build_model
 
 DATASET = "toy"
 META = Meta(name=DATASET, task="classification", per_step=False, output_size=3, metric="accuracy",

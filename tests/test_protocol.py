@@ -14,11 +14,11 @@ import yaml
 
 from pipeline.config import XorParams
 from pipeline.data.contract import Dataset
-from pipeline.data.xor import build as build_xor
+from pipeline.data.kinds.xor import build as build_xor
 from pipeline.errors import ConfigError
-from pipeline.protocol import TRAINING_KEYS, TrainSettings, class_weights
+from pipeline.config.protocol import TRAINING_KEYS, TrainSettings, class_weights
 from pipeline.spaces import check_for_dataset, load_space, split_config
-from pipeline.train import Trainer, build_model
+from pipeline.training.loop import Trainer, build_model
 
 from test_embedding import token_dataset
 
@@ -126,7 +126,7 @@ def test_class_weights_enter_the_loss(data: Dataset) -> None:
     two_class = F.cross_entropy(torch.cat([torch.zeros_like(out), out], 1), target.long(), weight=torch.tensor([1.0, 4.0]))
     assert expected.item() == pytest.approx(two_class.item(), rel=1e-5)
     unweighted = F.binary_cross_entropy_with_logits(out[:, 0], target)
-    from pipeline.train import loss_fn
+    from pipeline.training.loop import loss_fn
 
     got = loss_fn(trainer.meta, out, trainer.targets["train"][idx], trainer.masks["train"][idx], trainer.loss_weight)
     assert got.item() == pytest.approx(expected.item()) and got.item() != pytest.approx(unweighted.item())

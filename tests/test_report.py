@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ConfigError, MissingInputError
-from pipeline.final import _summary
-from pipeline.paths import final_result_path, search_result_path
+from pipeline.final.stage import _summary
+from pipeline.stores.paths import final_result_path, search_result_path
 from pipeline.reporting.report import best_family, report
 from pipeline.reporting.tables import p_value, tie_lines
 from pipeline.reporting.stats import welch
@@ -194,7 +194,7 @@ def test_a_record_whose_mlflow_run_is_gone_gets_a_warning_and_the_others_their_r
         project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # DVC's run cache can restore a final record trained against another mlflow.db: the report is
     # still written and attached to the runs the store has, with one warning line for the other.
-    from pipeline import tracking
+    from pipeline.stores import tracking
 
     client, exp_id = tracking.experiment_id(project, "d")
     run_id = tracking.start_run(client, exp_id, "final/a", {"stage": "final"})

@@ -11,10 +11,10 @@ import torch
 import torchdiffeq
 
 from pipeline.models import get_model_class
-from pipeline.models.ct_rnn import CTRNN
-from pipeline.models.gru_d import GRUD
-from pipeline.models.lstm_dt import AugmentedLSTM
-from pipeline.models.ode_lstm import ODELSTM
+from pipeline.models.neural_de.ct_rnn import CTRNN
+from pipeline.models.discrete.gru_d import GRUD
+from pipeline.models.discrete.lstm_dt import AugmentedLSTM
+from pipeline.models.neural_de.ode_lstm import ODELSTM
 
 C, H, O = 2, 3, 2
 

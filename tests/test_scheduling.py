@@ -10,7 +10,7 @@ import optuna
 import pytest
 from ray.tune.schedulers import TrialScheduler
 
-from pipeline import tracking
+from pipeline.stores import tracking
 from pipeline.sweep.scheduling import EPOCH, HistorySource, ResumableASHA, make_searcher
 from pipeline.spaces import load_space
 from tests.conftest import REPO

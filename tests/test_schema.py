@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import CorruptInputError
-from pipeline.schema import SEARCH_FOR_FINAL, SEARCH_FOR_REPORT, Switch, problem, read_record
+from pipeline.stores.schema import SEARCH_FOR_FINAL, SEARCH_FOR_REPORT, Switch, problem, read_record
 
 OK = {"dataset": "x", "family": "cfc", "metric": "accuracy", "mode": "max", "status": "ok",
       "best_config": {"lr": 0.01, "hidden_size": 32}, "best_val": 0.9, "trial_seed": 1000, "n_trials": 4, "n_failed": 1,

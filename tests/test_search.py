@@ -12,14 +12,16 @@ import pytest
 import ray
 from mlflow.tracking import MlflowClient
 
-from pipeline import tracking
+from pipeline.stores import tracking
 from pipeline.config import SearchParams, XorParams
 from pipeline.data.contract import Dataset, Split, save_dataset
-from pipeline.data.xor import build as build_xor
+from pipeline.data.kinds.xor import build as build_xor
 from pipeline.errors import ConfigError, MissingInputError
-from pipeline.paths import processed_dir, search_result_path
-from pipeline.schema import SEARCH_FOR_FINAL, read_record
-from pipeline.sweep.search import ALL_FAILED_TAG, COMPLETE_TAG, search, time_limit_key
+from pipeline.stores.paths import processed_dir, search_result_path
+from pipeline.stores.schema import SEARCH_FOR_FINAL, read_record
+from pipeline.sweep.parents import ALL_FAILED_TAG, COMPLETE_TAG
+from pipeline.sweep.plans import time_limit_key
+from pipeline.sweep.search import search
 from pipeline.spaces import load_space
 from pipeline.sweep.context import TrialContext
 

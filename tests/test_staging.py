@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.interrupts import Interrupted, deferred, handle_signals
-from pipeline.staging import staged
+from pipeline.runtime.interrupts import Interrupted, deferred, handle_signals
+from pipeline.stores.staging import staged
 
 
 def _files(folder: Path) -> dict[str, bytes]:

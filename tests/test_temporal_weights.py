@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from pipeline.models import get_model_class
-from pipeline.models.gru_ode import GRUODEField
-from pipeline.models.temporal_weights import (
+from pipeline.models.neural_de.gru_ode import GRUODEField
+from pipeline.models.temporal_weights.weights import (
     MAX_DENSE_GROUP,
     TemporalLinear,
     TemporalMLP,
@@ -373,8 +373,8 @@ def test_ode_rnn_tw_weights_built_per_interval_equal_those_built_per_evaluation(
     # The stage precomputation (tw_stages.IntervalStages) must be an implementation detail: the
     # same outputs and gradients on a fixed batch as building W'(t) at every solver evaluation;
     # "small" builds one interval per call, "large" all seven in one.
-    from pipeline.models import tw_stages
-    from pipeline.models.tw_models import ODERNNTW
+    from pipeline.models.temporal_weights import stages as tw_stages
+    from pipeline.models.temporal_weights.ode_models import ODERNNTW
 
     monkeypatch.setattr(tw_stages, "CHUNK_ELEMENTS", 1 if chunk == "small" else 1 << 22)
     torch.manual_seed(0)
@@ -385,7 +385,7 @@ def test_ode_rnn_tw_weights_built_per_interval_equal_those_built_per_evaluation(
 
 
 def test_stage_grid_knows_the_fixed_step_solvers_evaluation_times() -> None:
-    from pipeline.models.tw_stages import stage_grid
+    from pipeline.models.temporal_weights.stages import stage_grid
 
     assert stage_grid({"method": "rk4", "options": {"step_size": 1.0 / 3}}) == (9, 10)  # 3/8 rule: thirds, both ends
     assert stage_grid({"method": "euler", "options": {"step_size": 0.5}}) == (2, 2)  # step starts only
@@ -395,8 +395,8 @@ def test_stage_grid_knows_the_fixed_step_solvers_evaluation_times() -> None:
 
 
 def test_an_evaluation_off_the_grid_builds_its_own_weights() -> None:
-    from pipeline.models.temporal_weights import TemporalMLP
-    from pipeline.models.tw_stages import IntervalStages
+    from pipeline.models.temporal_weights.weights import TemporalMLP
+    from pipeline.models.temporal_weights.stages import IntervalStages
 
     torch.manual_seed(0)
     net = TemporalMLP([4, 3, 4], scope="full", block=16, clock_units=4)
@@ -418,8 +418,8 @@ def test_interval_stages_split_into_chunks_give_every_interval_its_own_weights(c
     # whichever order the intervals are asked for (the Latent ODE encoder walks backwards).
     # Chained intervals (each starts where the one before ends) build their shared end once:
     # 2 times per interval, the chunk's last end besides.
-    from pipeline.models import tw_stages
-    from pipeline.models.temporal_weights import TemporalMLP
+    from pipeline.models.temporal_weights import stages as tw_stages
+    from pipeline.models.temporal_weights.weights import TemporalMLP
 
     torch.manual_seed(0)
     net = TemporalMLP([4, 3, 4], scope="full", block=16, clock_units=4)
@@ -448,7 +448,7 @@ def test_interval_stages_split_into_chunks_give_every_interval_its_own_weights(c
 @pytest.mark.parametrize("chunk", ["large", "small"])
 def test_latent_ode_tw_weights_built_per_interval_equal_those_built_per_evaluation(clock: str, solver: dict, chunk: str,
                                                                                   monkeypatch) -> None:
-    from pipeline.models import tw_stages
+    from pipeline.models.temporal_weights import stages as tw_stages
 
     monkeypatch.setattr(tw_stages, "CHUNK_ELEMENTS", 1 if chunk == "small" else 1 << 22)
     model = _latent("latent_ode_tw", per_step=False, tw_clock=clock, **solver)
@@ -458,7 +458,7 @@ def test_latent_ode_tw_weights_built_per_interval_equal_those_built_per_evaluati
 
 
 def test_sin_cos_gradient_is_the_analytic_one() -> None:
-    from pipeline.models.temporal_weights import sin_cos
+    from pipeline.models.temporal_weights.weights import sin_cos
 
     angle = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a: sin_cos(a), (angle,))
@@ -476,7 +476,7 @@ def test_path_driven_tw_weights_built_per_step_equal_those_built_per_evaluation(
     # building W'(t) at every evaluation. step_fraction 0.4 does not divide the 5-index path, so
     # its last step is shorter and off the grid: those evaluations build their own weights. The
     # chunk budget fits about three solver steps of the largest layer: several chunks per solve.
-    from pipeline.models import tw_stages
+    from pipeline.models.temporal_weights import stages as tw_stages
 
     monkeypatch.setattr(tw_stages, "CHUNK_ELEMENTS", 3 * 3 * 3 * 8 * 8)
     torch.manual_seed(0)
@@ -504,7 +504,7 @@ def test_fused_eq2_equals_autograd_through_the_composed_operations(scope: str, b
     # composed operations. Blocks of 7 leave the 30-weight layer's last block part padding
     # (cos 0 = 1 taken off C), blocks of 6 divide it.
     torch.manual_seed(0)
-    from pipeline.models.temporal_weights import TemporalWeights
+    from pipeline.models.temporal_weights.weights import TemporalWeights
 
     layer = TemporalWeights(5, 6, scope, block, 4, coupling).double()
     with torch.no_grad():
@@ -524,7 +524,7 @@ def test_fused_eq2_equals_autograd_through_the_composed_operations(scope: str, b
 
 @pytest.mark.parametrize("coupling", ["weight", "rank1"])
 def test_fused_eq2_gradient_is_the_analytic_one(coupling: str) -> None:
-    from pipeline.models.tw_fused import FactoredEq2
+    from pipeline.models.temporal_weights.fused import FactoredEq2
 
     torch.manual_seed(1)
     f, phi = torch.randn(4, dtype=torch.float64), torch.randn(4, dtype=torch.float64)

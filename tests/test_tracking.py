@@ -25,7 +25,7 @@ import pytest
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from pipeline import tracking
+from pipeline.stores import tracking
 from pipeline.errors import CtsweepError
 from tests.clusters import free_port, mlflow_server as start_mlflow_server
 
@@ -38,12 +38,12 @@ def _context() -> Any:
     """forkserver with mlflow preloaded: each writer starts in well under a second instead of
     importing mlflow afresh (about 2.5 s of CPU each), yet shares no state with this process."""
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["pipeline.tracking"])
+    ctx.set_forkserver_preload(["pipeline.stores.tracking"])
     return ctx
 
 
 class _Retries(logging.Handler):
-    """Counts the retry warnings pipeline.tracking logs when the store is locked."""
+    """Counts the retry warnings pipeline.stores.tracking logs when the store is locked."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -56,7 +56,7 @@ class _Retries(logging.Handler):
 def _write_many(uri: str, exp_id: str, parent: str, index: int, batches: int, barrier: Any, out: Any) -> None:
     """One simulated trial: its own client and run, then `batches` epochs of 3 metrics + a tag."""
     retries = _Retries()
-    logging.getLogger("pipeline.tracking").addHandler(retries)
+    logging.getLogger("pipeline.stores.tracking").addHandler(retries)
     result: dict[str, Any] = {"index": index, "error": None, "run_id": None}
     try:
         client = tracking.MlflowClient(uri)
@@ -253,7 +253,7 @@ def test_a_locked_write_is_retried_until_the_lock_goes(locked_db, caplog: pytest
     path, holder = locked_db
     writer = sqlite3.connect(path, timeout=0, isolation_level=None)  # SQLITE_BUSY at once
     threading.Timer(0.6, holder.rollback).start()
-    with caplog.at_level(logging.WARNING, "pipeline.tracking"):
+    with caplog.at_level(logging.WARNING, "pipeline.stores.tracking"):
         tracking._retry_locked(lambda: writer.execute("INSERT INTO t VALUES (1)"), "sqlite:///x", "insert",
                                delays=(0.2,) * 10)
     assert writer.execute("SELECT count(*) FROM t").fetchone() == (1,)
@@ -262,7 +262,7 @@ def test_a_locked_write_is_retried_until_the_lock_goes(locked_db, caplog: pytest
 
 def test_other_errors_are_not_retried(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     writer = sqlite3.connect(tmp_path / "plain.db")
-    with caplog.at_level(logging.WARNING, "pipeline.tracking"), pytest.raises(sqlite3.OperationalError, match="no such"):
+    with caplog.at_level(logging.WARNING, "pipeline.stores.tracking"), pytest.raises(sqlite3.OperationalError, match="no such"):
         tracking._retry_locked(lambda: writer.execute("INSERT INTO missing VALUES (1)"), "sqlite:///x", "insert")
     assert not caplog.records
 
@@ -287,7 +287,7 @@ def test_log_metrics_outlasts_a_lock_held_past_mlflows_busy_timeout(tmp_path: Pa
     holder = sqlite3.connect(tmp_path / "mlflow.db", isolation_level=None, check_same_thread=False)
     holder.execute("BEGIN EXCLUSIVE")
     threading.Timer(21.0, holder.rollback).start()  # past MLflow's PRAGMA busy_timeout = 20000
-    with caplog.at_level(logging.WARNING, "pipeline.tracking"):
+    with caplog.at_level(logging.WARNING, "pipeline.stores.tracking"):
         tracking.log_metrics(client, run_id, {"val_metric": 0.5}, step=1)
     holder.close()
     assert sum("MLflow store locked" in r.getMessage() for r in caplog.records) >= 1

@@ -9,9 +9,9 @@ import pytest
 
 from pipeline.config import XorParams
 from pipeline.data.contract import Dataset, Split
-from pipeline.data.xor import build as build_xor
+from pipeline.data.kinds.xor import build as build_xor
 from pipeline.errors import TrialFailedError
-from pipeline.train import TimeLimitReached, Trainer, TrainSettings
+from pipeline.training.loop import TimeLimitReached, Trainer, TrainSettings
 
 KWARGS = {"hidden_size": 8, "backbone_units": 8, "backbone_layers": 1}
 SETTINGS = TrainSettings(lr=1e-2, batch_size=16)

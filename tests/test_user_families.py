@@ -15,7 +15,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from pipeline.families import user as user_families
+from pipeline.models import user as user_families
 from pipeline.cli import app
 from pipeline.config import load_params
 from pipeline.errors import ConfigError

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import tracking
-from pipeline.paths import final_result_path, search_result_path
+from pipeline.stores import tracking
+from pipeline.stores.paths import final_result_path, search_result_path
 from pipeline.reporting.plots import DVC_TEMPLATES
 from pipeline.reporting.report import report
 from tests.conftest import REPO

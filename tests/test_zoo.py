@@ -19,7 +19,7 @@ from pipeline.data.contract import Dataset, Meta, Split
 from pipeline.errors import ConfigError
 from pipeline.models import MODELS
 from pipeline.spaces import load_space, space_path, split_config
-from pipeline.train import Trainer, TrainSettings, build_model
+from pipeline.training.loop import Trainer, TrainSettings, build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASSES, CHANNELS, LENGTH = 3, 2, 7

@@ -32,9 +32,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pipeline.interrupts import deferred
-from pipeline.io import corrupt, new_mode, read_json
-from pipeline.schema import NUMBER, ListOf, MapOf, problem
+from pipeline.runtime.interrupts import deferred
+from pipeline.stores.files import corrupt, new_mode, read_json
+from pipeline.stores.schema import NUMBER, ListOf, MapOf, problem
 
 SPLITS = ("train", "val", "test")
 ARRAYS = ("x", "t", "mask", "y")

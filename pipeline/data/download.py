@@ -38,8 +38,8 @@ import requests
 from tqdm import tqdm
 
 from pipeline.errors import CorruptInputError, DataError, DownloadError
-from pipeline.io import json_problem, read_json
-from pipeline.schema import MapOf, problem
+from pipeline.stores.files import json_problem, read_json
+from pipeline.stores.schema import MapOf, problem
 
 SOURCE_ENV = "CTSWEEP_DATA_SOURCE"
 _CHUNK = 1 << 20

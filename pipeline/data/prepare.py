@@ -36,7 +36,7 @@ KINDS = {
 def kind_module(kind: str) -> ModuleType:
     if kind not in KINDS:
         raise ConfigError(f"unknown dataset kind {kind!r}; valid: {sorted(KINDS)}")
-    return importlib.import_module(f"pipeline.data.{KINDS[kind]}")
+    return importlib.import_module(f"pipeline.data.kinds.{KINDS[kind]}")
 
 
 def fetch(p: Any, raw_dir: Path, lock_path: Path, source: str | None = None) -> list[Path]:

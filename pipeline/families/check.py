@@ -163,7 +163,7 @@ class _Contract:
         return f"largest change {worst:.2g}"
 
     def training_step(self) -> str:
-        from pipeline.train import loss_fn
+        from pipeline.training.loop import loss_fn
 
         model = self.model(per_step=False).train()
         inputs = self.inputs(self.x, self.t, self.mask)
@@ -182,7 +182,7 @@ class _Contract:
         return f"loss {loss.item():.4f}"
 
     def mlflow_model(self) -> str:
-        from pipeline.serving import predict_arrays, save_checkpoint, save_pyfunc
+        from pipeline.serving.pyfunc import predict_arrays, save_checkpoint, save_pyfunc
 
         model, meta = self.model(per_step=False), _meta(False)
         want = predict_arrays(model, meta, self.family, self.kwargs, self.x.numpy(), self.t.numpy(), self.mask.numpy())
@@ -227,7 +227,7 @@ np.save(folder + "/out.npy", np.asarray(out))
 
 
 def _predict_elsewhere(folder: Path) -> np.ndarray:
-    from pipeline.families.user import ENV
+    from pipeline.models.user import ENV
 
     env = {**{k: v for k, v in os.environ.items() if k not in (ENV, "PYTHONPATH")},
            _BAR: "false"}

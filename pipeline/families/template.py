@@ -17,7 +17,7 @@ import yaml
 
 from pipeline.config import read_yaml
 from pipeline.errors import ConfigError
-from pipeline.io import write_text
+from pipeline.stores.files import write_text
 from pipeline.names import check_name
 
 PACKAGE = "my_families"
@@ -68,8 +68,8 @@ class {cls}(SequenceModel):
 '''
 
 SPACE = '''# Search space of {name} ({PACKAGE}/{name}.py). Every key is a training setting (lr, batch_size,
-# optimizer, ...: pipeline/protocol.py) or a keyword argument of the model; `reference` is tried
-# first. Format: pipeline/spaces.py.
+# optimizer, ...: pipeline/config/protocol.py) or a keyword argument of the model; `reference` is tried
+# first. Format: pipeline/spaces/space.py.
 reference:
   lr: 0.005
   hidden_size: 32

@@ -1,70 +1,42 @@
-"""Model families: the registry maps a family name (= search space file name) to its class."""
+"""The model zoo and its registry: every family a search can name, built-in or the user's own.
+
+    base.py            the contract every family follows (SequenceModel; user families subclass it)
+    blocks/            building blocks several lineages share: the CDE path and solver helpers,
+                       log-signature windows, the token embedding
+    cfc/               closed-form continuous-time networks and LTC (Hasani et al. 2022)
+    fast_weights/      continuous-time fast weight programmers (Irie, Faccio & Schmidhuber 2022)
+    cdr_nde/           continuous-depth recurrent neural DEs (Anumasa, Gunapati & Srijith)
+    temporal_weights/  neural ODEs with temporal weights (Kohan, Rietman & Siegelmann 2022)
+    neural_de/         the ODE/CDE/RDE baselines (ODE-RNN, GRU-ODE, CT-RNN, ODE-LSTM, NCDE, NRDE)
+    discrete/          the discrete-time baselines (GRU-D, LSTM fed the elapsed time)
+    zoo.py             MODELS: the built-in families, name -> class
+    user.py            families from user code (params.yaml `user_families`, entry points)
+
+Imports: errors, names.
+
+Inside, the order of pipeline.LAYERS: base, blocks, the discrete and then the ODE/CDE/RDE
+baselines, the four papers' lineages (which never import one another), the zoo, user families,
+and this registry on top.
+"""
 
 from __future__ import annotations
 
-from .base import SequenceModel
-from .cde_fwp import DeltaCDEFWP, HebbCDEFWP, OjaCDEFWP
-from .node_fwp import DeltaNODEFWP, HebbNODEFWP, OjaNODEFWP
-from .cfc import CfC, CfCMMRNN, CfCNoGate, CfS
-from .ltc import LTC
-from .cdr_nde import CDRNDE, CDRNDEHeat
-from .ncde import NeuralCDE
-from .nrde import NeuralRDE
-from .rde import RoughDeltaFWP, RoughHebbFWP, RoughOjaFWP
-from .rde_node_fwp import RoughDeltaNODEFWP, RoughHebbNODEFWP, RoughOjaNODEFWP
-from .ode_rnn import ODERNN
-from .gru_ode import GRUODE
-from .latent_ode import LatentODE, LatentODETW
-from .tw_models import GRUODETW, NeuralCDETW, ODERNNTW
-from .ct_rnn import CTRNN
-from .gru_d import GRUD
-from .lstm_dt import AugmentedLSTM
-from .ode_lstm import ODELSTM
+from typing import TYPE_CHECKING, Any
 
-MODELS: dict[str, type[SequenceModel]] = {
-    "cfc": CfC,
-    "cfc_no_gate": CfCNoGate,
-    "cf_s": CfS,
-    "cfc_mmrnn": CfCMMRNN,
-    "ltc": LTC,
-    "cdr_nde": CDRNDE,
-    "cdr_nde_heat": CDRNDEHeat,
-    "ncde": NeuralCDE,
-    "nrde": NeuralRDE,
-    "rde_fwp_delta": RoughDeltaFWP,
-    "rde_fwp_hebb": RoughHebbFWP,
-    "rde_fwp_oja": RoughOjaFWP,
-    "rde_node_fwp_delta": RoughDeltaNODEFWP,
-    "rde_node_fwp_hebb": RoughHebbNODEFWP,
-    "rde_node_fwp_oja": RoughOjaNODEFWP,
-    "cde_fwp_delta": DeltaCDEFWP,
-    "cde_fwp_hebb": HebbCDEFWP,
-    "cde_fwp_oja": OjaCDEFWP,
-    "node_fwp_hebb": HebbNODEFWP,
-    "node_fwp_oja": OjaNODEFWP,
-    "node_fwp_delta": DeltaNODEFWP,
-    "ode_rnn": ODERNN,
-    "ode_rnn_tw": ODERNNTW,
-    "gru_ode": GRUODE,
-    "gru_ode_tw": GRUODETW,
-    "ncde_tw": NeuralCDETW,
-    "latent_ode": LatentODE,
-    "latent_ode_tw": LatentODETW,
-    "ct_rnn": CTRNN,
-    "ode_lstm": ODELSTM,
-    "gru_d": GRUD,
-    "lstm_dt": AugmentedLSTM,
-}
+from pipeline.models import user
+
+if TYPE_CHECKING:
+    from pipeline.models.base import SequenceModel
 
 
 def get_model_class(name: str) -> type[SequenceModel]:
-    """Registry lookup, then the user families (pipeline/families/user.py); an unknown name raises
+    """Registry lookup, then the user families (pipeline/models/user.py); an unknown name raises
     KeyError listing the valid ones."""
+    from pipeline.models.zoo import MODELS
+
     if name in MODELS:
         return MODELS[name]
-    from pipeline.families.user import lookup  # late: it imports this package
-
-    cls = lookup(name)
+    cls = user.lookup(name)
     if cls is None:
         raise KeyError(f"unknown model {name!r}; valid: {family_names()}")
     return cls
@@ -72,14 +44,28 @@ def get_model_class(name: str) -> type[SequenceModel]:
 
 def family_names() -> list[str]:
     """Every family this process can build: the built-in ones and the registered user families."""
-    from pipeline.families.user import names
+    from pipeline.models.zoo import MODELS
 
-    return sorted({*MODELS, *names()})
+    return sorted({*MODELS, *user.names()})
 
 
 def is_family(name: str) -> bool:
     """Whether `name` is a built-in or registered user family (entry points count once registered)."""
     return name in family_names()
+
+
+def __getattr__(name: str) -> Any:
+    """MODELS and SequenceModel on first use (PEP 562): `import pipeline.models.user`, which params.yaml
+    loading needs, runs this package's body and must not pay for torch and every lineage."""
+    if name == "MODELS":
+        from pipeline.models.zoo import MODELS
+
+        return MODELS
+    if name == "SequenceModel":
+        from pipeline.models.base import SequenceModel
+
+        return SequenceModel
+    raise AttributeError(f"module 'pipeline.models' has no attribute {name!r}")
 
 
 __all__ = ["MODELS", "SequenceModel", "family_names", "get_model_class", "is_family"]

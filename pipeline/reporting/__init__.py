@@ -4,4 +4,6 @@ ranking stability), the papers' reference figures, the provenance stamp, the mar
 which cells of a results table cannot be trusted (not converged, best configuration at the edge
 of its space, mostly failed searches, failed cells) and `ctsweep status`, which reads those
 marks back from reports/metrics.json. `promote` uses the same marks to refuse a candidate.
+
+Imports: errors, stores, config.
 """

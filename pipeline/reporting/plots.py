@@ -28,7 +28,7 @@ matplotlib.use("Agg")  # no display on servers and CI
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from pipeline.io import write_text  # noqa: E402
+from pipeline.stores.files import write_text  # noqa: E402
 
 SCALE = {"accuracy": 100.0}  # accuracy drawn in %, as the papers print it
 CHARS_PER_INCH = 10  # a title wraps past about this many characters per inch of figure width

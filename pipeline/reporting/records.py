@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import MissingInputError
-from pipeline.paths import final_result_path, require, search_result_path
+from pipeline.stores.paths import final_result_path, require, search_result_path
 from pipeline.reporting.marks import is_failed
-from pipeline.schema import MODE, SEARCH_FOR_REPORT, ListOf, OneOf, read_record
+from pipeline.stores.schema import MODE, SEARCH_FOR_REPORT, ListOf, OneOf, read_record
 
 FINAL_FAILED = {"status": OneOf("failed"), "dataset": str, "family": str, "metric": str, "mode": MODE,
                 "n_trials": int, "n_failed": int, "errors": ListOf(str), "reason?": str}

@@ -42,9 +42,9 @@ from typing import Any
 
 from mlflow.exceptions import MlflowException
 
-from pipeline import tracking
-from pipeline.io import write_json, write_text
-from pipeline.paths import reports_dir
+from pipeline.stores import tracking
+from pipeline.stores.files import write_json, write_text
+from pipeline.stores.paths import reports_dir
 from pipeline.reporting import plots
 from pipeline.reporting.marks import Mark, cell_marks, is_failed
 from pipeline.reporting.provenance import stamp
@@ -52,8 +52,8 @@ from pipeline.reporting.records import collect, read_search, split
 from pipeline.reporting.references import References, load_references
 from pipeline.reporting.tables import (provenance_lines, references_lines, results_table, robustness_lines,
                                        sensitivity_lines, welch_vs_best)
-from pipeline.schema import FINAL_FOR_REPORT
-from pipeline.staging import staged
+from pipeline.stores.schema import FINAL_FOR_REPORT
+from pipeline.stores.staging import staged
 
 METRIC_KEYS = ("val_mean", "val_std", "test_mean", "test_std", "n_seeds", "metric", "params",
                "seconds_per_epoch", "n_trials", "n_failed")

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.paths import reports_dir, require
+from pipeline.stores.paths import reports_dir, require
 from pipeline.reporting.marks import FAILED, NOT_CONVERGED
-from pipeline.schema import ListOf, MapOf, OneOf, read_record
+from pipeline.stores.schema import ListOf, MapOf, OneOf, read_record
 
 PRODUCER = "ctsweep report"
 METRICS_SPEC = MapOf(MapOf({"status?": OneOf("ok", "failed"), "marks?": ListOf({"mark": str, "detail": str})}))

@@ -3,10 +3,16 @@
     search        the stage's driver: one Ray Tune run per dataset searching its families at
                   once, resumed after a restart, a record per family written to
                   results/<dataset>/search/<family>.json
+    plans         each family's part, checked before Ray starts: its space for the dataset, the
+                  fingerprint of what it searches, its record's path, its trials' context
+    parents       each family's MLflow parent run: opened, found again and resumed, closed
+    tuner         the Ray Tune run: one trainable for every family, the family searcher and
+                  scheduler, and what Ray kept of them after a restore
     families      a searcher holding one Optuna study per family and a scheduler holding one
                   ASHA per family, so the families share the trial slots and nothing else
     records       what a search's trials came to: per-trial records, their MLflow runs closed
-                  with Tune's outcome, the family's record (best configuration or reasons)
+                  with Tune's outcome, the family's record (best configuration or reasons) and
+                  its Optuna study persisted
     trial         one Tune trial: train, log to MLflow, report and checkpoint every epoch
     context       what a trial process needs (TrialContext, the dataset as its node sees it),
                   shared by trial and distributed so that neither imports the other's module
@@ -18,16 +24,19 @@
     sensitivity   each search's Optuna study, persisted; fANOVA hyperparameter importances
     run_lookup    finding MLflow runs again after a restart (a trial's run, an unfinished parent)
 
-The flow: `ctsweep search` calls search.search_many, which connects through cluster, opens (or
-finds again, through run_lookup) each family's MLflow parent run and starts one Tuner whose
-trainable is trial.run_family_trial: the trial's family (a config key) picks its
-context.TrialContext and trial.run_trial trains it. families' searcher asks each family's
-scheduling searcher in turn for a configuration, each family's ASHA stops its weak trials
-early; a trial asking for several workers hands its training to distributed.run_data_parallel.
-When the Tuner ends, records turns each family's trials into its record, search copies each
-study to the project's Optuna storage, and sensitivity computes the importances.
+The flow: `ctsweep search` calls search.search_many, which checks each family's plan (plans)
+before Ray starts, connects through cluster, opens (or finds again, through run_lookup) each
+family's MLflow parent run (parents) and starts one Tuner (tuner) whose trainable is
+trial.run_family_trial: the trial's family (a config key) picks its context.TrialContext and
+trial.run_trial trains it. families' searcher asks each family's scheduling searcher in turn for
+a configuration, each family's ASHA stops its weak trials early; a trial asking for several
+workers hands its training to distributed.run_data_parallel. When the Tuner ends, records turns
+each family's trials into its record and copies its study to the project's Optuna storage, where
+sensitivity computes the importances; parents closes each parent run with the outcome.
 
 Import-free on purpose: importing pipeline.sweep loads no Ray, Optuna or MLflow; import the
 module you need (`from pipeline.sweep.search import search`). Within this package the modules
 import each other without a cycle (tests/test_layout.py checks it).
+
+Imports: errors, names, runtime, stores, models, config, data, spaces, training.
 """

@@ -11,8 +11,9 @@ from typing import Any
 
 import ray
 
-from pipeline import allocator, interrupts
-from pipeline.families import user as user_families
+from pipeline.runtime import allocator
+from pipeline.runtime import interrupts
+from pipeline.models import user as user_families
 from pipeline.config import Resources
 from pipeline.errors import ConfigError, ResourceError
 
@@ -74,7 +75,7 @@ def ray_session(dashboard: bool = False) -> Iterator[None]:
         _use_token_when_available()
     options = {} if address else _local_options(dashboard)
     carried = {k: os.environ[k] for k in (user_families.ENV,) if k in os.environ}
-    if carried:  # the user's own families, for every trial process wherever it runs (pipeline/families/user.py)
+    if carried:  # the user's own families, for every trial process wherever it runs (pipeline/models/user.py)
         runtime_env = options.setdefault("runtime_env", {})
         runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **carried}
     try:
@@ -177,7 +178,7 @@ def check_shared_storage(tracking_uri: str, storage_path: str | None = None, key
     head's disk; a relative `storage_path` is such a folder (an absolute one is trusted to be
     on a shared filesystem, as a URI is to be an object store).
     """
-    from pipeline.tracking import is_local_store, is_loopback_server
+    from pipeline.stores.tracking import is_local_store, is_loopback_server
 
     n = len(alive_nodes())
     if n <= 1:

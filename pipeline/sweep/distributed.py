@@ -41,12 +41,12 @@ from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 from ray.tune.integration.ray_train import TuneReportCallback
 
-from pipeline import tracking
+from pipeline.stores import tracking
 from pipeline.data.contract import Dataset, load_dataset
 from pipeline.errors import ConfigError, CtsweepError
 from pipeline.spaces import split_config
 from pipeline.sweep.context import STATE_FILE, TrialContext, local_dataset
-from pipeline.train import TimeLimitReached, Trainer, TrainSettings
+from pipeline.training.loop import TimeLimitReached, Trainer, TrainSettings
 
 # What a data-parallel Tune trial asks for (tune.with_resources): 1 MiB of the node's memory.
 DRIVER_RESOURCES = {"cpu": 0, "gpu": 0, "memory": 2**20}

@@ -5,15 +5,18 @@ best configuration, or why every trial failed). Used per family after a (multi-f
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
-from pipeline import tracking
 from pipeline.config import SearchParams
 from pipeline.errors import TrialFailedError
-from pipeline.sweep import run_lookup
-from pipeline.sweep.families import without_family
-from pipeline.train import is_better
+from pipeline.stores import staleness, tracking
+from pipeline.sweep import run_lookup, sensitivity
+from pipeline.sweep.families import FamilyScheduler, FamilySearcher, without_family
+from pipeline.sweep.plans import FamilyPlan
+from pipeline.training.loop import is_better
 
 METRIC = "val_metric"
 MAX_REASONS = 10  # distinct failure reasons kept in a failed record
@@ -163,3 +166,57 @@ def space_record(space: Any) -> dict[str, dict[str, Any]]:
             ranges[name] = {"type": "float", "low": spec.low, "high": spec.high,
                             "log": spec.distribution == "loguniform"}
     return ranges
+
+
+def optuna_states(searcher: Any) -> dict[str, int]:
+    """How Optuna saw the trials: failed trials must be FAIL, never left RUNNING."""
+    states: dict[str, int] = {}
+    for trial in searcher._ot_study.get_trials(deepcopy=False):  # the study OptunaSearch told
+        states[trial.state.name] = states.get(trial.state.name, 0) + 1
+    return states
+
+
+def family_record(root: Path, dataset: str, p: SearchParams, meta: Any, plan: FamilyPlan,
+                   client: tracking.MlflowClient, exp_id: str, path: str, searcher: FamilySearcher,
+                   scheduler: FamilyScheduler, results: list[Any]) -> dict[str, Any]:
+    """One family's record from its trials' results; closes their runs, persists its study."""
+    family, parent = plan.family, plan.parent
+    records = trial_records(results, meta.mode, p.trial_seed, client, exp_id, parent)
+    close_runs(client, records, p.epochs)
+    close_orphans(client, exp_id, parent, records)
+    study_searcher = searcher.study_searcher(family)
+    states = optuna_states(study_searcher)
+    study = _persist(root, dataset, family, p, meta.metric, parent, study_searcher, records)  # failed searches too
+    tracking.set_tags(client, parent, {"optuna_states": json.dumps(states, sort_keys=True), **study})
+    record = summarise(dataset, family, meta.metric, meta.mode, plan.space, p, records, parent)
+    record.update(optuna_states=states, ray_experiment_path=path, resumed=plan.resumed,
+                  asha_rungs={f"{m:g}": n for m, n in sorted(scheduler.of(family).rung_sizes().items())}, **study,
+                  importance=sensitivity.importances(study["optuna_storage"], study["optuna_study"],
+                                                     min(p.asha.grace_period, p.epochs), p.sampler_seed),
+                  searched_with=sorted(searcher.families), **{staleness.DIGEST_KEY: plan.digest})
+    return record
+
+
+def _persist(root: Path, dataset: str, family: str, p: SearchParams, metric: str, parent: str,
+             searcher: Any, records: list[dict[str, Any]]) -> dict[str, str]:
+    """Copy the family's study to the project's Optuna storage; returns where it went. Each
+    trial carries its MLflow run id and Ray trial id, a failed one its failure reason too."""
+    url = sensitivity.storage_url(root, p.optuna_storage)
+    name = sensitivity.persist_study(searcher._ot_study, url, sensitivity.study_name(dataset, family, parent),
+                                     {"dataset": dataset, "family": family, "metric": metric,
+                                      "mlflow_parent_run_id": parent, "epochs": p.epochs},
+                                     _trial_attrs(searcher, records))
+    return {"optuna_storage": url, "optuna_study": name}
+
+
+def _trial_attrs(searcher: Any, records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """{Optuna trial number: user attributes} from the trials' records (by their Ray trial id)."""
+    attrs: dict[int, dict[str, Any]] = {}
+    for r in records:
+        number = searcher.trial_number(r["trial_id"]) if r["trial_id"] else None
+        if number is None:
+            continue
+        attrs[number] = {"ray_trial_id": r["trial_id"],
+                         **({"mlflow_run_id": r["mlflow_run_id"]} if r["mlflow_run_id"] else {}),
+                         **({"fail_reason": r["error"]} if r["status"] == "error" and r["error"] else {})}
+    return attrs

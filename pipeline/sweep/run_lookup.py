@@ -8,8 +8,8 @@ from __future__ import annotations
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
-from pipeline import tracking
-from pipeline.tracking import PARENT_TAG
+from pipeline.stores import tracking
+from pipeline.stores.tracking import PARENT_TAG
 
 
 def _quote(value: str) -> str:

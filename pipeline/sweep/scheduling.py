@@ -25,7 +25,7 @@ import optuna
 from ray.tune.schedulers import ASHAScheduler
 from ray.tune.search.optuna import OptunaSearch
 
-from pipeline import tracking
+from pipeline.stores import tracking
 from pipeline.sweep import run_lookup
 
 EPOCH = "epoch"  # the time attribute: our own epoch counter survives restarts from a checkpoint

@@ -25,14 +25,14 @@ import ray
 import torch
 from ray import tune
 
-from pipeline import tracking
+from pipeline.stores import tracking
 from pipeline.data.contract import Dataset
 from pipeline.errors import TrialFailedError
 from pipeline.spaces import split_config
 from pipeline.sweep.context import STATE_FILE, TrialContext, local_dataset
 from pipeline.sweep.families import TRIAL_NUMBER_KEY, family_of, trial_number_of, without_family
 from pipeline.sweep.run_lookup import find_child_run
-from pipeline.train import TimeLimitReached, Trainer, TrainSettings, device_for
+from pipeline.training.loop import TimeLimitReached, Trainer, TrainSettings, device_for
 
 FINAL_FAILURE_TAG = "final_failure"
 

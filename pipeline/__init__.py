@@ -1,0 +1,58 @@
+"""ctsweep: hyperparameter search for continuous-time sequence models (`ctsweep`, pipeline.cli).
+
+The package is a stack of layers. A module may import modules of its own subpackage and of any
+subpackage in a lower layer, never one in its own layer or above, lazily or not (under
+`if TYPE_CHECKING:` too); LAYERS below is that order, lowest first, and tests/test_layout.py
+checks every import of the package against it and against each subpackage's `Imports:` line.
+
+    errors, names        the errors a user can act on; dataset and family names (never paths)
+    runtime              the process a stage runs in: signals (SIGINT/SIGTERM), malloc settings
+    stores               where things are kept: project paths, whole-file writes, locks, staged
+                         outputs, staleness, the checked JSON records, Ray's storage, MLflow
+    models               the model zoo by lineage, and the family registry (user families too)
+    config               params.yaml: each stage's section, the dataset kinds, training protocol
+    data, spaces         fetch and prepare (the processed-dataset contract); search spaces
+    training, profiles   the one training loop and metrics; the papers' reproduction profiles
+    serving              trained models as MLflow pyfunc models; `ctsweep predict`
+    sweep, families      the search stage; checking and scaffolding a user's own family
+    final                the final stage: the best configurations over fresh seeds
+    reporting            the report stage: tables, plots, statistics, marks, `ctsweep status`
+    registry             the promote stage: the MLflow Model Registry and alias `champion`
+    cli                  `ctsweep`: one command per stage, `ctsweep check`
+
+Data flows up the stack: params.yaml -> fetch/prepare (data) -> search (sweep) -> final -> report
+(reporting) -> promote (registry), each stage reading the files the one before wrote (stores).
+Modules that moved keep their old import path (pipeline/moved.py), so pickles and checkpoints
+written before still load.
+"""
+
+from pipeline import moved as _moved
+
+# Lowest first. A unit is a subpackage or a top-level module; a module belongs to the longest
+# unit its dotted name starts with. pipeline.models is split into its own layers: the lineages
+# build on base and blocks and on the baselines, the zoo lists them, the registry sits on top.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("moved", "errors"),
+    ("names",),
+    ("runtime",),
+    ("stores",),
+    ("models.base",),
+    ("models.blocks",),
+    ("models.discrete",),
+    ("models.neural_de",),
+    ("models.cfc", "models.cdr_nde", "models.fast_weights", "models.temporal_weights"),
+    ("models.zoo",),
+    ("models.user",),
+    ("models",),
+    ("config",),
+    ("data", "spaces"),
+    ("training", "profiles"),
+    ("serving",),
+    ("sweep", "families"),
+    ("final",),
+    ("reporting",),
+    ("registry",),
+    ("cli",),
+)
+
+_moved.install()

@@ -1,0 +1,356 @@
+"""`ctsweep`: one subcommand per DVC stage, each a thin wrapper over the stage's function."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+
+from pipeline.config import Params, dataset_params, load_params
+from pipeline.errors import ConfigError, CtsweepError
+from pipeline.runtime.interrupts import Interrupted, handle_signals
+from pipeline.names import check_name
+from pipeline.stores.paths import processed_dir, project_root, raw_dir, raw_lock_path
+
+app = typer.Typer(help="Hyperparameter search for continuous-time sequence models: "
+                       "prepare -> search -> final -> report -> promote.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+
+ROOT = typer.Option(None, "--root", help="Project root holding params.yaml (default: working directory).")
+
+
+def _stage(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn a CtsweepError into one line on stderr and exit status 2, without a traceback; and
+    SIGINT / SIGTERM into a clean stop with exit status 128 + the signal (130, 143)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            with handle_signals():
+                return fn(*args, **kwargs)
+        except CtsweepError as exc:
+            typer.echo(f"ctsweep: error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        except (Interrupted, KeyboardInterrupt) as exc:
+            stop = exc if isinstance(exc, Interrupted) else Interrupted(2)
+            typer.echo(f"ctsweep: {stop}: stopped; what earlier runs wrote is unchanged and nothing half-written "
+                       f"was left; run the same command again to resume", err=True)
+            raise typer.Exit(stop.exit_code) from None
+
+    return wrapper
+
+
+def _names(**given: str) -> None:
+    """Dataset and family arguments are names, never paths: checked before anything else runs."""
+    for what, value in given.items():
+        check_name(value, f"argument {what.upper()}")
+
+
+def _params(root: Optional[Path]) -> tuple[Path, Params]:
+    base = project_root(root)
+    return base, load_params(base / "params.yaml")
+
+
+def _check(name: str, valid: list[str], key: str) -> None:
+    if name not in valid:
+        raise ConfigError(f"{name!r} is not in params.yaml `{key}`; valid: {valid}")
+
+
+DATASET = typer.Argument(..., help="A key of `prepare` in params.yaml.")
+SOURCE = typer.Option(
+    None, "--source", envvar="CTSWEEP_DATA_SOURCE",
+    help="A local directory, file or http(s) URL prefix holding the raw files by name (a mirror).",
+)
+
+
+@app.command()
+@_stage
+def fetch(dataset: str = DATASET, source: Optional[str] = SOURCE, root: Path = ROOT) -> None:
+    """Download (or verify) the raw files of DATASET into data/raw/DATASET."""
+    _names(dataset=dataset)
+    from pipeline.data.prepare import fetch as run
+
+    base, params = _params(root)
+    paths = run(dataset_params(params, dataset), raw_dir(base, dataset), raw_lock_path(base), source)
+    typer.echo(f"fetched {dataset}: {len(paths)} raw file(s) verified in {raw_dir(base, dataset)}")
+
+
+@app.command()
+@_stage
+def prepare(dataset: str = DATASET, source: Optional[str] = SOURCE, root: Path = ROOT) -> None:
+    """Build data/processed/DATASET from its params.yaml section (fetching raw files if missing)."""
+    _names(dataset=dataset)
+    from pipeline.data.prepare import prepare as run
+
+    base, params = _params(root)
+    meta = run(dataset, dataset_params(params, dataset), processed_dir(base, dataset), raw_dir(base, dataset),
+               raw_lock_path(base), source)
+    typer.echo(f"prepared {dataset}: {meta.sizes} -> {processed_dir(base, dataset)}")
+
+
+@app.command()
+@_stage
+def search(
+    dataset: str,
+    family: Optional[str] = typer.Argument(None, help="One family; omitted: every family of params.yaml "
+                                                      "`families` at once, skipping those whose result is current."),
+    root: Path = ROOT,
+    fresh: bool = typer.Option(False, "--fresh", help="Start a new search even if an interrupted one with "
+                                                        "the same params, space and data could be resumed."),
+) -> None:
+    """Ray Tune + Optuna search on DATASET -> results/DATASET/search/FAMILY.json per family.
+
+    Without FAMILY every family of params.yaml `families` is searched in one Ray Tune run, each
+    with its own study, ASHA rungs and budget, sharing the cluster's trial slots; a family whose
+    result file was written from the same params, space, data and code is skipped (this is what
+    `dvc repro` runs). With RAY_ADDRESS set (or under `ray job submit`) the trials run on that
+    cluster. An interrupted search (driver killed, Ctrl-C) is resumed by running the same command again.
+    """
+    _names(dataset=dataset, **({"family": family} if family is not None else {}))
+    from pipeline.sweep.search import search_many
+
+    base, params = _params(root)
+    _check(dataset, params.datasets, "datasets")
+    if family is not None:
+        _check(family, params.families, "families")
+    families = [family] if family is not None else list(params.families)
+    records = search_many(base, dataset, families, params.search, fresh=fresh, only_stale=family is None)
+    for name in families:
+        _say_searched(dataset, name, records[name])
+
+
+def _say_searched(dataset: str, family: str, record: dict[str, Any]) -> None:
+    how = " (up to date: not searched again)" if record.get("up_to_date") else (
+        " (resumed)" if record.get("resumed") else "")
+    if record.get("status") == "failed":  # recorded, not raised: one family must not stop `dvc repro`
+        typer.echo(f"{dataset}/{family}: every trial failed ({record['n_trials']} trials): "
+                   f"{'; '.join(record.get('errors', [])[:3]) or 'no reason recorded'}{how}")
+        return
+    typer.echo(f"{dataset}/{family}: best val {record['metric']} {record['best_val']:.4f} "
+               f"({record['n_trials']} trials, {record['n_failed']} failed){how}")
+
+
+@app.command()
+@_stage
+def final(
+    dataset: str,
+    family: Optional[str] = typer.Argument(None, help="One family; omitted: every family of params.yaml "
+                                                      "`families` at once, skipping those whose result is current."),
+    root: Path = ROOT,
+) -> None:
+    """Retrain the best config over the final seeds -> results/DATASET/final/FAMILY.json per family.
+
+    Without FAMILY the seeds of every family of params.yaml `families` train at once, sharing the
+    cluster; a family whose result file was written from the same searched configuration, params,
+    data and code is skipped (this is what `dvc repro` runs).
+    """
+    _names(dataset=dataset, **({"family": family} if family is not None else {}))
+    from pipeline.final.stage import final_many
+
+    base, params = _params(root)
+    _check(dataset, params.datasets, "datasets")
+    if family is not None:
+        _check(family, params.families, "families")
+    families = [family] if family is not None else list(params.families)
+    for name, r in final_many(base, dataset, families, params.final, only_stale=family is None).items():
+        how = " (up to date: not trained again)" if r.get("up_to_date") else ""
+        if r.get("status") == "failed":
+            typer.echo(f"{dataset}/{name}: not evaluated: {r.get('reason', 'every search trial failed')}{how}")
+            continue
+        typer.echo(f"{dataset}/{name}: test {r['test_mean']:.4f} ± {r['test_std']:.4f} over {r['n_seeds']} seeds{how}")
+
+
+@app.command()
+@_stage
+def report(root: Path = ROOT) -> None:
+    """Write reports/results.md, reports/metrics.json and the plots. The last line names the
+    failed and the not-converged cells, if any."""
+    from pipeline.reporting.report import report as run
+    from pipeline.reporting.status import cells, summary
+
+    base, params = _params(root)
+    metrics = run(base, params.datasets, params.families)
+    typer.echo((base / "reports" / "results.md").read_text())
+    last = summary(cells(metrics), "ctsweep report")
+    if last:
+        typer.echo(last)
+
+
+@app.command("status")
+@_stage
+def status_command(root: Path = ROOT) -> None:
+    """One line per failed or marked cell of reports/metrics.json (not converged, best configuration
+    at the edge of its space, mostly failed search); exit status 1 if a cell failed, else 0."""
+    from pipeline.reporting.status import status
+
+    lines, code = status(project_root(root))
+    for line in lines:
+        typer.echo(line)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+@_stage
+def promote(
+    dataset: Optional[str] = typer.Option(None, help="Only this dataset (all of params.yaml `datasets` if omitted)."),
+    family: Optional[str] = typer.Option(None, help="Promote this family by hand (needs --dataset): the alias "
+                                                    "moves whatever the rule says."),
+    force: bool = typer.Option(False, "--force", help="Move the alias to the candidate even if the rule says no "
+                                                      "or the candidate is marked not converged."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show champion and candidate; register and move nothing."),
+    root: Path = ROOT,
+) -> None:
+    """Show each dataset's champion and candidate side by side; register the candidate and move
+    alias `champion` when the rule in params.yaml (`promote`) says it is better, or when asked."""
+    _names(**{k: v for k, v in {"dataset": dataset, "family": family}.items() if v is not None})
+    from pipeline.registry.promote import promote as run_all, promote_dataset
+
+    base, params = _params(root)
+    if family is not None and dataset is None:
+        raise ConfigError("--family needs --dataset: a family is promoted by hand for one dataset")
+    if dataset is None and not (force or dry_run):
+        decisions = run_all(base, params.datasets, params.families, params.promote)
+    else:
+        names = [dataset] if dataset else params.datasets
+        for name in names:
+            _check(name, params.datasets, "datasets")
+        decisions = [promote_dataset(base, d, params.families, params.promote, family=family, force=force,
+                                     dry_run=dry_run) for d in names]
+    for d in decisions:
+        typer.echo(d["table"])
+        typer.echo(f"  decision: {_verdict(d)}: {d['reason']}{' (by hand)' if d['by_hand'] else ''}\n")
+    for d in decisions:  # last: what a refusal left unpromoted, for a reader of `dvc repro`'s output
+        if d.get("refused"):
+            typer.echo(f"ctsweep promote: {d['dataset']}: not promoted: {d['reason']}")
+
+
+def _verdict(d: dict[str, Any]) -> str:
+    if d.get("refused"):
+        return "alias " + (f"stays on v{d['champion_version']}" if d["champion_version"] else "not set")
+    if d["dry_run"]:
+        return f"would {'move' if d['better_by_rule'] or d['by_hand'] else 'not move'} the alias"
+    if d["alias_moved"]:
+        return f"alias `champion` -> v{d['champion_version']}" + (" (by --force)" if d.get("by_force") else "")
+    return f"alias stays on v{d['champion_version']}"
+
+
+@app.command()
+@_stage
+def predict(
+    dataset: str = typer.Argument(..., help="The dataset whose registered model (ctsweep-DATASET) predicts."),
+    series: Path = typer.Argument(..., help="A .npz (x, t, optional mask/ids) or a long .csv (series, time, "
+                                            "one column per channel) of series in original units."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the predictions here as CSV "
+                                                                  "(default: print them)."),
+    version: Optional[int] = typer.Option(None, help="A registered version instead of the champion."),
+    root: Path = ROOT,
+) -> None:
+    """Run the champion model of DATASET (from the MLflow Model Registry) on a file of series."""
+    _names(dataset=dataset)
+    from pipeline.serving.predict import predict_file, rows_to_csv
+
+    base, _ = _params(root)
+    rows = predict_file(base, dataset, series, out, version)
+    if out is None:
+        typer.echo(rows_to_csv(rows, list(rows[0])) if rows else "", nl=False)
+    else:
+        typer.echo(f"{len(rows)} prediction row(s) -> {out}", err=True)
+
+
+@app.command("profile")
+@_stage
+def profile_command(
+    name: Optional[str] = typer.Argument(None, help="A profile; none: list them."),
+    write: bool = typer.Option(False, "--write", help="Replace params.yaml (a hand-written one is kept as params.yaml.bak)."),
+    root: Path = ROOT,
+) -> None:
+    """A paper's experiment as published: print (or --write) params.yaml with that profile over it."""
+    from pipeline import profiles
+
+    if name is None:
+        for each in profiles.names():
+            typer.echo(f"{each:22s} {profiles.describe(each)}")
+        return
+    base = project_root(root)
+    target = base / "params.yaml"
+    raw, params = profiles.load(name, target)
+    pairs = profiles.check_spaces(name, params, base)
+    text = profiles.to_yaml(name, raw)
+    if not write:
+        typer.echo(text, nl=False)
+        return
+    from pipeline.stores.files import write_text
+
+    backup = base / "params.yaml.bak"
+    current = target.read_text()
+    if not current.startswith(profiles.HEADER):  # a profile's own output is not a user's file to keep
+        write_text(backup, current)
+    write_text(target, text)
+    typer.echo(f"{target}: profile {name} ({len(params.datasets)} dataset(s), {len(params.families)} "
+               f"families, {pairs} searches); your own params.yaml is kept as {backup}", err=True)
+
+
+@app.command("check")
+@_stage
+def check_command(root: Path = ROOT) -> None:
+    """Validate params.yaml, the search space of every listed family and the storages; start and
+    write nothing. Prints "ok: ..." or the one-line error (exit status 2)."""
+    from pipeline.cli.check import check_project
+
+    typer.echo(check_project(project_root(root)))
+
+
+@app.command("check-family")
+@_stage
+def check_family_command(
+    name: str = typer.Argument(..., help="A family: built-in, declared under params.yaml `user_families`, "
+                                         "or a `ctsweep.families` entry point."),
+    root: Path = ROOT,
+) -> None:
+    """Check NAME against the model contract: input representation, output shapes per sequence and
+    per step, padding, one training step, save and reload as an MLflow model. Prints each check
+    with PASS or the reason it failed; exit status 1 if one failed."""
+    _names(name=name)
+    from pipeline.families.check import check_family, summary
+
+    base, _ = _params(root)  # declares the params.yaml families (an import error stops here, status 2)
+    results = check_family(base, name, typer.echo)
+    typer.echo(f"{name}: {summary(results)}")
+    if not all(r.passed for r in results):
+        raise typer.Exit(1)
+
+
+@app.command("new-family")
+@_stage
+def new_family_command(
+    name: str = typer.Argument(..., help="The new family's name (a letter, then letters, digits, '_' or '-')."),
+    root: Path = ROOT,
+) -> None:
+    """Write a commented template model (my_families/NAME.py), its search space and its test, and
+    declare it under params.yaml `user_families`; they pass `ctsweep check-family NAME` as written."""
+    _names(name=name)
+    from pipeline.families.template import new_family
+
+    from pipeline.families.template import MODEL_STAGES, PACKAGE
+
+    base = project_root(root)
+    written = new_family(base, name)
+    for path in written:
+        typer.echo(f"wrote {path.relative_to(base)}")
+    typer.echo(f"next: `ctsweep check-family {name}`, then add {name} to params.yaml `families` to search it "
+               f"beside the others")
+    if (base / "dvc.yaml").is_file() and base / "dvc.yaml" not in written:
+        typer.echo(f"dvc.yaml: make sure the {' and '.join(MODEL_STAGES)} stages list {PACKAGE} under `deps`, so "
+                   f"`dvc repro` reruns them when your model changes")
+
+
+def main() -> None:
+    app(prog_name="ctsweep")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""`ctsweep check`: everything a run would refuse at its start, without running anything.
+
+It validates params.yaml (every section, the precompute specs and UEA archive names included),
+the search space of every family listed in `families`, and the two stores a search writes (`search.storage_path`,
+`search.optuna_storage`). It starts no Ray, writes and creates no file (an SQLite store is only
+read), and fails on the first problem with the same one-line ConfigError a stage would give.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.config import load_params
+from pipeline.errors import ConfigError
+from pipeline.names import shown
+
+
+def check_project(root: Path) -> str:
+    """Check the project at `root`; return a one-line summary, or raise a one-line ConfigError."""
+    params = load_params(root / "params.yaml")
+    # Late: torch, Optuna and pyarrow load only once params.yaml has passed (a bad file fails in a second).
+    from pipeline.sweep.sensitivity import check_optuna_storage
+    from pipeline.spaces import load_space, space_path
+    from pipeline.stores.ray_storage import check_storage_path
+
+    for dataset, section in params.prepare.items():
+        if section.kind == "uea":  # the archive's name: `prepare` checks it too, before any download
+            _check_uea_name(root / "params.yaml", dataset, section.name)
+    n_params = sum(len(load_space(space_path(root, family), family).params) for family in params.families)
+    storage = check_storage_path(root, params.search.storage_path)
+    optuna_url = check_optuna_storage(root, params.search.optuna_storage)
+    precompute = sum(len(getattr(p, "precompute", ())) for p in params.prepare.values())
+    return (f"ok: {root / 'params.yaml'}: {len(params.datasets)} dataset(s) ({len(params.prepare)} defined, "
+            f"{precompute} precompute spec(s)), {len(params.families)} family search space(s) with {n_params} "
+            f"searched params; storage {storage}; optuna storage {_without_password(optuna_url)}")
+
+
+def _without_password(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _check_uea_name(path: Path, dataset: str, name: str) -> None:
+    from pipeline.data.kinds.uea import archive_names
+
+    if name not in archive_names():
+        raise ConfigError(f"{path}: key `prepare.{dataset}.name`: unknown UCR/UEA dataset {shown(name)}; "
+                          f"valid: the {len(archive_names())} names aeon lists, {sorted(archive_names(), key=str.lower)}")

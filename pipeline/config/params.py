@@ -1,0 +1,317 @@
+"""params.yaml: its schema, and loading that fails loudly before anything starts.
+
+Each stage reads only its own section (`prepare.<dataset>`, `search`, `final`, `promote`), and
+dvc.yaml lists exactly those keys, so changing one reruns only what depends on it. Unknown keys
+and wrong types are errors that name the file, the key and what is allowed, in one line.
+
+Parsing is strict: `true` is not a number and `'yes'` is not a bool (pydantic's strict mode; an
+integer is still accepted where a float is meant), NaN and infinities are refused, every count
+of things to run has a generous upper bound (in its description) so a typo cannot ask for 10^24
+trials, and dataset and family names are identifiers (pipeline/names.py), checked first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, get_args, get_origin
+
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+
+from pipeline import names
+from pipeline.config.base import Name, Seed, _few, _Strict
+from pipeline.config.datasets import _KINDS, DatasetParams
+from pipeline.config.yaml_load import MAX_BYTES as MAX_YAML_BYTES, load_yaml
+from pipeline.errors import ConfigError
+
+
+MAX_CPU, MAX_GPU, MAX_WORKERS = 1024, 64, 1024  # per trial or seed: beyond any one Ray cluster here
+
+
+def _whole_gpus_above_one(gpu: float | None) -> float | None:
+    if gpu is not None and gpu > 1 and gpu != int(gpu):  # Ray refuses fractions above one GPU
+        raise ValueError(f"gpu must be at most 1 or a whole number, got {gpu}")
+    return gpu
+
+
+class Resources(_Strict):
+    """What one trial (search) or one seed (final) asks Ray for."""
+
+    cpu: float = Field(1, gt=0, le=MAX_CPU, description=f"CPUs per process, at most {MAX_CPU} (torch threads: their integer part)")
+    gpu: float = Field(0, ge=0, le=MAX_GPU, description=f"GPUs per process, at most {MAX_GPU}; fractional values "
+                                                       "(at most 1) pack several trials on one GPU")
+    workers: int = Field(1, ge=1, le=MAX_WORKERS, description=f"above 1 (at most {MAX_WORKERS}): data-parallel training "
+                         "over this many Ray Train workers, each with `cpu` and `gpu` (search trials only)")
+
+    _whole_gpus = field_validator("gpu")(_whole_gpus_above_one)
+
+
+class ResourceOverride(_Strict):
+    """Per-family changes to the stage's `resources`: only the keys given replace the defaults
+    (each with the same bounds and rules as in `resources`)."""
+
+    cpu: float | None = Field(None, gt=0, le=MAX_CPU)
+    gpu: float | None = Field(None, ge=0, le=MAX_GPU)
+    workers: int | None = Field(None, ge=1, le=MAX_WORKERS)
+
+    _whole_gpus = field_validator("gpu")(_whole_gpus_above_one)
+
+
+def _resources_for(base: Resources, overrides: dict[str, ResourceOverride], family: str) -> Resources:
+    change = overrides[family].model_dump(exclude_none=True) if family in overrides else {}
+    return Resources.model_validate({**base.model_dump(), **change})
+
+
+def _known_families(overrides: dict[str, Any]) -> dict[str, Any]:
+    from pipeline.models import family_names  # late: keeps `import pipeline.config.params` light
+
+    unknown = sorted(set(overrides) - set(family_names()))
+    if unknown:
+        raise ValueError(f"unknown families {_few(unknown)}; valid: {family_names()}")
+    return overrides
+
+
+def _distinct(items: list[Any], what: str) -> list[Any]:
+    seen = set()
+    twice = [i for i in items if i in seen or seen.add(i)]  # type: ignore[func-returns-value]
+    if twice:
+        raise ValueError(f"{what} must be distinct; listed twice: {_few(twice)}")
+    return items
+
+
+MAX_EPOCHS = 100_000
+MAX_TRIALS = 100_000
+
+
+class AshaParams(_Strict):
+    grace_period: int = Field(2, ge=1, le=MAX_EPOCHS, description="epochs before a trial can be stopped")
+    reduction_factor: float = Field(2, gt=1, le=1000)
+
+
+class SearchParams(_Strict):
+    num_samples: int = Field(4, ge=1, le=MAX_TRIALS, description=f"trials per (dataset, family), reference "
+                                                                 f"included (at most {MAX_TRIALS})")
+    max_concurrent: int = Field(2, ge=1, le=1024, description="at most 1024")
+    epochs: int = Field(6, ge=1, le=MAX_EPOCHS, description=f"maximum epochs per trial (ASHA's max_t; at most {MAX_EPOCHS})")
+    sampler_seed: Seed = 0
+    n_startup_trials: int = Field(2, ge=0, le=MAX_TRIALS, description="random trials before TPE takes over")
+    trial_seed: Seed = Field(1000, description="training seed of every search trial")
+    trial_time_limit_s: float | None = Field(
+        None, gt=0, le=7 * 86400, description="wall-clock limit per trial (at most a week); checked between batches")
+    family_time_limit_s: dict[Name, Annotated[float, Field(gt=0, le=7 * 86400)]] = Field(
+        default_factory=dict, description="per-family `trial_time_limit_s`, e.g. {ode_rnn_tw: 120} (a slow family's "
+                                          "trials need more time for the same epochs)")
+    asha: AshaParams = AshaParams()
+    resources: Resources = Resources()
+    family_resources: dict[Name, ResourceOverride] = Field(
+        default_factory=dict, description="per-family changes to `resources`, e.g. {cdr_nde_heat: {cpu: 2}}")
+    max_failures: int = Field(
+        2, ge=0, le=100, description="at most 100 retries of a trial whose process or node died, from its last checkpoint "
+                             "(a NaN loss or a solver failure is final and never retried)")
+    autoscaling: bool = Field(
+        False, description="the cluster adds nodes on demand: do not refuse a request no current node fits")
+    optuna_storage: str = Field(
+        "optuna.db", min_length=1, max_length=4096, description="where each finished search's Optuna study is kept (for optuna-dashboard "
+                                 "and the importances): an SQLite file relative to the root, or a database URL")
+    storage_path: str = Field(
+        "ray_results", min_length=1, max_length=4096, description="Ray Tune storage: relative to the root, an absolute path (on a shared "
+                                   "filesystem for a multi-node cluster) or a URI such as s3://bucket/ctsweep")
+
+    _family_names = field_validator("family_resources", "family_time_limit_s")(_known_families)
+
+    @model_validator(mode="after")
+    def _rungs(self) -> "SearchParams":
+        # ASHA's first rung is at grace_period epochs; past max_t (`epochs`) there is no rung at all.
+        if self.asha.grace_period > self.epochs:
+            raise ValueError(f"asha.grace_period is {self.asha.grace_period}, more than search.epochs "
+                             f"({self.epochs}): ASHA cannot split that budget into rungs; allowed: 1 to {self.epochs} "
+                             f"(equal to `epochs`: no early stops)")
+        return self
+
+    def resources_for(self, family: str) -> Resources:
+        """`resources` with the family's overrides applied."""
+        return _resources_for(self.resources, self.family_resources, family)
+
+    def time_limit_for(self, family: str) -> float | None:
+        """The family's wall-clock limit per trial (`family_time_limit_s`, else `trial_time_limit_s`)."""
+        return self.family_time_limit_s.get(family, self.trial_time_limit_s)
+
+
+class FinalParams(_Strict):
+    seeds: list[Seed] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1, max_length=100,
+                              description="at most 100 distinct seeds")
+    epochs: int = Field(10, ge=1, le=MAX_EPOCHS, description="maximum epochs per seed (early stopping may end it "
+                                                             "sooner); the best validation epoch's weights are kept")
+    patience: int | None = Field(
+        None, ge=1, le=MAX_EPOCHS, description="a seed stops after this many epochs without a better validation score "
+                                             "(at most `epochs`; null, the default: every epoch runs); a family whose "
+                                             "searched configuration sets its own `patience` (its paper's protocol) keeps it")
+    time_limit_s: float | None = Field(
+        None, gt=0, le=7 * 86400, description="wall-clock cap per seed in seconds (at most a week), checked after "
+                                              "each epoch; it must allow at least one epoch as the search measured it")
+    lr_factors: list[float] = Field(
+        default_factory=list, max_length=16, description="robustness: also rerun the best config with its learning "
+                                                         "rate times each factor (at most 16), on every seed (e.g. [0.8, 1.25])")
+    resources: Resources = Resources()
+    family_resources: dict[Name, ResourceOverride] = Field(default_factory=dict)
+    family_epochs: dict[Name, Annotated[int, Field(ge=1, le=MAX_EPOCHS)]] = Field(
+        default_factory=dict, description="per-family epochs instead of `epochs`, e.g. {cf_s: 116, cfc: 57} "
+                                          "(a paper's table that trains each model for its own number of epochs)")
+
+    _family_names = field_validator("family_resources", "family_epochs")(_known_families)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "FinalParams":
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct, got {_few(self.seeds, 10)}")
+        if any(f <= 0 or f == 1 for f in self.lr_factors) or len(set(self.lr_factors)) != len(self.lr_factors):
+            raise ValueError(f"lr_factors must be distinct positive factors other than 1 (the best config "
+                             f"itself always runs), got {_few(self.lr_factors, 16)}")
+        shortest = min([self.epochs, *self.family_epochs.values()])
+        if self.patience is not None and self.patience > shortest:
+            raise ValueError(f"patience is {self.patience}, more than the {shortest} epochs a seed may train "
+                             f"(`epochs` or `family_epochs`); allowed: 1 to {shortest}, or null for no early stopping")
+        if self.resources.workers > 1 or any(o.workers not in (None, 1) for o in self.family_resources.values()):
+            raise ValueError("final seeds train in one process each: `workers` must be 1 here "
+                             "(the seeds themselves run in parallel)")
+        return self
+
+    def resources_for(self, family: str) -> Resources:
+        return _resources_for(self.resources, self.family_resources, family)
+
+    def for_family(self, family: str) -> "FinalParams":
+        """These params with `epochs` set to the family's (`family_epochs`, else `epochs`)."""
+        return self.model_copy(update={"epochs": self.family_epochs.get(family, self.epochs)})
+
+
+class PromoteParams(_Strict):
+    seeds_required: int = Field(5, ge=1, le=100, description="final seeds a family needs to be promoted "
+                                                             "(at most the number of `final.seeds`)")
+    min_improvement: float = Field(0.0, ge=0, description="margin the candidate must beat the champion by")
+    max_p_value: float | None = Field(
+        None, gt=0, le=1, description="if set, the candidate must also beat the champion by Welch's t-test "
+                                      "on per-seed validation scores at this p-value")
+
+
+class Params(_Strict):
+    datasets: list[Name] = Field(min_length=1, max_length=1000, description="distinct, at most 1000")
+    families: list[Name] = Field(min_length=1, max_length=1000, description="distinct registry names")
+    prepare: dict[Name, DatasetParams] = Field(max_length=1000)
+    search: SearchParams = SearchParams()
+    final: FinalParams = FinalParams()
+    promote: PromoteParams = PromoteParams()
+    # name -> "package.module:Class" or {model, space}: read and imported before the rest is
+    # validated (pipeline/models/user.py), so `families` and the per-family keys may name them.
+    user_families: dict[Name, Any] = Field(default_factory=dict, max_length=1000)
+
+    _distinct_datasets = field_validator("datasets")(lambda v: _distinct(v, "datasets"))
+    _distinct_families = field_validator("families")(lambda v: _distinct(v, "families"))
+
+    @model_validator(mode="after")
+    def _known_names(self) -> "Params":
+        missing = [d for d in self.datasets if d not in self.prepare]
+        if missing:
+            raise ValueError(
+                f"datasets {_few(missing)} have no entry under `prepare` (defined: {_few(sorted(self.prepare), 30)})"
+            )
+        from pipeline.models import family_names  # late: keeps `import pipeline.config.params` light
+
+        unknown = [f for f in self.families if f not in family_names()]
+        if unknown:
+            raise ValueError(f"unknown families {_few(unknown)}; valid: {family_names()} (a family of your own: "
+                             "`user_families`, README \"Bring your own data and model\")")
+        if self.promote.seeds_required > len(self.final.seeds):  # no family could ever be promoted
+            raise ValueError(f"promote.seeds_required is {self.promote.seeds_required} but final.seeds lists only "
+                             f"{len(self.final.seeds)}; allowed: at most the number of final seeds")
+        return self
+
+
+def _schema_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`loc` without the discriminator tag pydantic inserts after a dataset name under `prepare`
+    (only there: a dataset may itself be called `xor`)."""
+    if len(loc) > 2 and loc[0] == "prepare" and loc[2] in _KINDS:
+        return loc[:2] + loc[3:]
+    return loc
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys allowed beside the offending one, found by walking the schema along `loc`."""
+    model: Any = Params
+    for i, part in enumerate(loc[:-1]):
+        if i == 2 and loc[0] == "prepare" and part in _KINDS:  # the discriminator tag
+            model = _KINDS[part]
+        elif isinstance(model, type) and issubclass(model, BaseModel) and part in model.model_fields:
+            model = model.model_fields[part].annotation
+        elif get_origin(model) is dict:  # a free key such as a family name: its value's model
+            model = get_args(model)[1]
+        elif get_origin(model) is list:  # an index into a list of models (precompute)
+            model = get_args(model)[0]
+        # else: a dataset name under `prepare`; the next tag tells the model
+    return sorted(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
+
+
+def _key(loc: tuple[Any, ...]) -> str:
+    """A location as a dotted key; a bad key itself is not echoed (it is in the message, shortened)."""
+    if "[key]" in loc:
+        loc = loc[: loc.index("[key]") - 1]
+    return ".".join(str(p) if isinstance(p, int) or names.is_name(p) else names.shown(p, 30) for p in loc)
+
+
+def _problem(e: Any) -> str:
+    msg = str(e["msg"]).removeprefix("Value error, ")
+    got = e.get("input")
+    for echoed in (got, (e.get("ctx") or {}).get("tag")):  # pydantic echoes some inputs (tags) whole
+        if isinstance(echoed, str) and len(echoed) > 40:
+            msg = msg.replace(repr(echoed), names.shown(echoed)).replace(echoed, names.shown(echoed))
+    if e["type"] != "value_error" and not isinstance(got, dict) and "[key]" not in e["loc"]:
+        msg += f" (got {names.shown(got)})"
+    return msg
+
+
+MAX_PROBLEMS = 3  # named in the one line; the rest are counted
+
+
+def _format(err: ValidationError, path: Path) -> str:
+    """One line: the file, then up to MAX_PROBLEMS of `key: what is wrong; what is allowed`."""
+    parts = []
+    errors = err.errors()
+    for e in errors[:MAX_PROBLEMS]:
+        loc = _schema_loc(e["loc"])
+        if e["type"] == "extra_forbidden":
+            parts.append(f"unknown key `{_key(loc)}`; allowed here: {_allowed_keys(e['loc'])}")
+        else:
+            parts.append(f"key `{_key(loc)}`: {_problem(e)}" if _key(loc) else _problem(e))
+    more = f" (and {len(errors) - MAX_PROBLEMS} more)" if len(errors) > MAX_PROBLEMS else ""
+    line = " ".join(f"{path}: {'; '.join(parts)}{more}".split())  # never more than one line
+    return line if len(line) <= 2000 else line[:1997] + "..."
+
+
+def read_yaml(path: Path, max_bytes: int = MAX_YAML_BYTES) -> Any:
+    """Parse a YAML file strictly (pipeline/config/yaml_load.py); any problem is a one-line ConfigError."""
+    return load_yaml(Path(path), max_bytes)
+
+
+def load_params(path: str | Path) -> Params:
+    """Read and validate params.yaml. Raises ConfigError naming the file, key and constraint."""
+    path = Path(path)
+    return params_from(read_yaml(path), path)
+
+
+def params_from(data: Any, path: Path) -> Params:
+    """Validate params read from `path` (a file, or what errors should name). Raises ConfigError."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at the top level, got {type(data).__name__}; "
+                          f"allowed keys: {sorted(Params.model_fields)}")
+    from pipeline.models.user import register_project  # late: imports the model zoo
+
+    register_project(data.get("user_families"), path.parent.resolve(), path)
+    try:
+        return Params.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format(exc, path)) from None
+
+
+def dataset_params(params: Params, dataset: str) -> Any:
+    """The prepare section of one dataset; an unknown name lists the valid ones."""
+    if dataset not in params.prepare:
+        raise ConfigError(f"unknown dataset {names.shown(dataset)}; valid: {sorted(params.prepare)}")
+    return params.prepare[dataset]

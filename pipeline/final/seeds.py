@@ -1,0 +1,121 @@
+"""One seed of the final stage as a Ray task, and all the seeds of a dataset's families spread
+over the cluster at once (pipeline.final.stage runs them)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+import torch
+
+from pipeline.final import resume as final_resume
+from pipeline.stores import tracking
+from pipeline.data.contract import Dataset
+from pipeline.runtime.interrupts import deferred
+from pipeline.spaces import split_config
+from pipeline.sweep.context import local_dataset
+from pipeline.training.loop import Trainer, TrainSettings, device_for, train_to_budget, with_patience
+
+
+@dataclass(frozen=True)
+class SeedJob:
+    dataset: str
+    family: str
+    dataset_dir: str
+    config: dict[str, Any]
+    seed: int
+    epochs: int
+    cpus: float
+    gpus: float
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    lr_factor: float = 1.0  # 1: the searched configuration itself; else a robustness rerun
+    patience: int | None = None  # epochs without a better validation score before the seed stops
+    time_limit_s: float | None = None  # wall-clock cap on the seed's training
+
+    @property
+    def run_name(self) -> str:
+        """`seed-<n>/final/<family>`, a robustness rerun `seed-<n>/lr-x<f>/final/<family>`: what
+        tells a final run's children apart comes first, before MLflow's runs table cuts the name."""
+        nominal = self.lr_factor == 1.0
+        return f"seed-{self.seed}/{'' if nominal else f'lr-x{self.lr_factor:g}/'}final/{self.family}"
+
+    @property
+    def tags(self) -> dict[str, Any]:
+        tags = {"dataset": self.dataset, "family": self.family, "stage": "final", "seed": self.seed}
+        return tags if self.lr_factor == 1.0 else {**tags, "stage": "robustness", "lr_factor": f"{self.lr_factor:g}"}
+
+
+def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
+    """Train one seed of `data` (shipped through Ray's object store, so a worker node needs no
+    copy of the project); returns its metrics, learning curve and best-validation weights."""
+    torch.set_num_threads(max(1, int(job.cpus)))
+    client = tracking.MlflowClient(job.tracking_uri)
+    run_id = tracking.start_run(client, job.experiment_id, job.run_name, job.tags, parent_run_id=job.parent_run_id)
+    tracking.log_params(client, run_id, {**job.config, "seed": job.seed, "epochs": job.epochs,
+                                         "lr_factor": job.lr_factor, "final_patience": job.patience,
+                                         "time_limit_s": job.time_limit_s})
+    try:
+        train_cfg, model_cfg = split_config(job.config)
+        dataset = local_dataset(data)
+        trainer = Trainer(job.family, model_cfg, TrainSettings(**with_patience(train_cfg, job.patience)), dataset,
+                          job.seed, device_for(job.gpus), job.epochs)
+        run = train_to_budget(trainer, job.epochs, job.time_limit_s, dataset.meta.mode,
+                              lambda m: tracking.log_metrics(client, run_id, m, step=trainer.epoch))
+        tracking.set_tags(client, run_id, {final_resume.STOP_TAG: run.stop, **({"patience_stopped": "true"}
+                                                                              if run.stop == "patience" else {})})
+        trainer.model.load_state_dict(run.best_state)  # copies onto the model's device
+        val, val_loss = trainer.evaluate_with_loss("val")
+        result = {"seed": job.seed, "val": val, "val_loss": val_loss, "test": trainer.evaluate("test"),
+                  "num_params": trainer.model.num_parameters(), "seconds_per_epoch": statistics.median(run.seconds),
+                  "curve": run.curve, "mlflow_run_id": run_id, "stop": run.stop, "best_epoch": run.best_epoch}
+        tracking.log_metrics(client, run_id, {"final_val": val, "final_val_loss": val_loss, "final_test": result["test"],
+                                              "num_params": result["num_params"], "best_epoch": run.best_epoch,
+                                              "seconds_per_epoch": result["seconds_per_epoch"]})
+        if job.lr_factor == 1.0:  # a resumed stage reuses this seed instead of training it again
+            final_resume.save_state(client, run_id, run.best_state)
+    except Exception as exc:
+        tracking.finish(client, run_id, exc, outcome=tracking.FAILED_OUTCOME)
+        raise
+    # `stop` says why it ended; ending before the last epoch (patience, time limit) is not a failure
+    tracking.finish(client, run_id, outcome=tracking.COMPLETED if run.stop == "max_epochs" else tracking.STOPPED_EARLY)
+    if job.lr_factor != 1.0:  # robustness reruns only report scores: no weights through the object store
+        return {**result, "lr_factor": job.lr_factor}
+    return {**result, "lr_factor": job.lr_factor, "state_dict": run.best_state}
+
+
+def spread(jobs: list[SeedJob], data: Dataset) -> tuple[dict[int, dict[str, Any]], dict[str, BaseException]]:
+    """Train every job at once over Ray, each with its own CPUs and GPUs, whatever its family:
+    a free slot takes the next seed of any family. Returns ({job index: result}, {family: error}).
+
+    A failed seed fails its own family only: that family's other seeds are cancelled and its
+    error returned, the other families go on. A signal stops every seed (Interrupted on return).
+    """
+    data_ref = ray.put(data)  # once, not once per seed
+    pending = {ray.remote(train_seed).options(num_cpus=job.cpus, num_gpus=job.gpus).remote(job, data_ref): i
+               for i, job in enumerate(jobs)}
+    results: dict[int, dict[str, Any]] = {}
+    failed: dict[str, BaseException] = {}
+    with deferred() as interrupt:  # a signal is checked between short waits, never raised inside Ray
+        while pending and interrupt.signum is None:
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
+            for ref in ready:
+                index = pending.pop(ref)
+                try:
+                    results[index] = ray.get(ref)
+                except Exception as exc:  # the seed's own error (RayTaskError keeps it as cause)
+                    family = jobs[index].family
+                    failed.setdefault(family, exc)
+                    _cancel(pending, lambda i, family=family: jobs[i].family == family)
+        if interrupt.signum is not None:  # stop the seeds now, not at Ray's shutdown: their runs are closed next
+            _cancel(pending, lambda i: True)
+    return results, failed
+
+
+def _cancel(pending: dict[Any, int], which: Any) -> None:
+    for ref in [r for r, i in pending.items() if which(i)]:
+        ray.cancel(ref, force=True)
+        del pending[ref]

@@ -1,0 +1,213 @@
+"""The series a user hands `ctsweep predict`: an .npz of arrays or a long .csv, read and checked.
+
+    series.npz   x (N, L, C) float, NaN where missing or padded
+                 t (N, L) float, non-decreasing per row; padding repeats the last time
+                 mask (N, L) bool, optional: True on a prefix of each row (the observed steps);
+                     default: every step up to the row's last step with any value
+                 ids (N,) optional series names; default "0", "1", ...
+    series.csv   long format, one row per observation: columns `series`, `time`, then one
+                 column per channel (empty cell = not observed), in any order. Rows are
+                 grouped by `series` (first-appearance order) and sorted by time.
+
+Every error names the file, what is wrong and what is allowed (DataError).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.data.contract import pad_sequences
+from pipeline.data.kinds.local.long_csv import SERIES, TIME  # the layout's key columns, shared with the `local` kind
+from pipeline.errors import DataError
+
+SUFFIXES = (".npz", ".csv")
+NPZ_ARRAYS = ("x", "t", "mask", "ids")
+
+
+@dataclass(frozen=True)
+class Series:
+    """N series padded to a common length L.
+
+    ids: N names. x: (N, L, C) float32 raw values, NaN where missing or padded.
+    t: (N, L) float32 times, padding repeats the last time. mask: (N, L) bool, True at observed
+    steps, which form a prefix of each row.
+    """
+
+    ids: list[str]
+    x: np.ndarray
+    t: np.ndarray
+    mask: np.ndarray
+
+
+# --------------------------------------------------------------------------------- reading
+
+
+def read_series(path: Path, channels: list[str]) -> Series:
+    """Read an .npz or .csv file of series in the given channels (the model's `meta.channels`).
+
+    Raises DataError naming the file, what is wrong and what is allowed.
+    """
+    path = Path(path)
+    if path.suffix.lower() not in SUFFIXES:
+        raise DataError(f"{path}: unknown file type {path.suffix or '(no suffix)'!r}; allowed: {', '.join(SUFFIXES)}")
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    if path.stat().st_size == 0:
+        raise DataError(f"{path}: empty file; expected {_format_hint(path, channels)}")
+    series = _read_npz(path, channels) if path.suffix.lower() == ".npz" else _read_csv(path, channels)
+    _check_times(path, series)
+    return series
+
+
+def _format_hint(path: Path, channels: list[str]) -> str:
+    if path.suffix.lower() == ".npz":
+        return f"arrays x (N, L, {len(channels)}), t (N, L), optional mask (N, L) and ids (N,)"
+    return f"a CSV header {','.join([SERIES, TIME, *channels])} and one row per observation"
+
+
+def _read_npz(path: Path, channels: list[str]) -> Series:
+    """x (N, L, C), t (N, L), optional mask (N, L) and ids (N,) -> Series."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files if k in NPZ_ARRAYS}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise DataError(f"{path}: not a readable .npz file ({exc}); expected {_format_hint(path, channels)}") from exc
+    for key in ("x", "t"):
+        if key not in arrays:
+            raise DataError(f"{path}: missing array {key!r}; expected {_format_hint(path, channels)}")
+    x = _numeric(path, "x", arrays["x"])
+    t = _numeric(path, "t", arrays["t"])
+    if x.ndim != 3:
+        raise DataError(f"{path}: x has shape {x.shape}; expected (N, L, C) with C = {len(channels)}")
+    n, length, c = x.shape
+    if c != len(channels):
+        raise DataError(f"{path}: x has {c} channels; the model expects {len(channels)} = {channels}")
+    if n == 0 or length == 0:
+        raise DataError(f"{path}: empty file: x has shape {x.shape}; expected at least one series and one step")
+    if t.shape != (n, length):
+        raise DataError(f"{path}: t has shape {t.shape}; expected (N, L) = {(n, length)} to match x {x.shape}")
+    mask = _npz_mask(path, arrays.get("mask"), x)
+    ids = _npz_ids(path, arrays.get("ids"), n)
+    return Series(ids, x, t, mask)
+
+
+def _numeric(path: Path, key: str, a: np.ndarray) -> np.ndarray:
+    if not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
+        raise DataError(f"{path}: array {key!r} has dtype {a.dtype}; expected numbers (float)")
+    return a.astype(np.float32)
+
+
+def _npz_mask(path: Path, mask: np.ndarray | None, x: np.ndarray) -> np.ndarray:
+    """The given mask (checked), or every step up to each row's last step with any value: (N, L)."""
+    if mask is None:
+        has_value = ~np.isnan(x).all(axis=-1)  # (N, L)
+        last = np.where(has_value.any(axis=1), x.shape[1] - 1 - np.argmax(has_value[:, ::-1], axis=1), -1)
+        mask = np.arange(x.shape[1])[None, :] <= last[:, None]
+    else:
+        if mask.shape != x.shape[:2]:
+            raise DataError(f"{path}: mask has shape {mask.shape}; expected (N, L) = {x.shape[:2]} to match x")
+        if mask.dtype != bool and not np.isin(mask, (0, 1)).all():
+            raise DataError(f"{path}: mask has dtype {mask.dtype} with values other than 0/1; expected bool")
+        mask = mask.astype(bool)
+        if (mask[:, 1:] & ~mask[:, :-1]).any():
+            row = int(np.argmax((mask[:, 1:] & ~mask[:, :-1]).any(axis=1)))
+            raise DataError(f"{path}: mask of series {row} has an observed step after padding; allowed: "
+                            f"True on a prefix of each row (observed steps first, padding after)")
+    return mask
+
+
+def _npz_ids(path: Path, ids: np.ndarray | None, n: int) -> list[str]:
+    if ids is None:
+        return [str(i) for i in range(n)]
+    if ids.shape != (n,):
+        raise DataError(f"{path}: ids has shape {ids.shape}; expected (N,) = ({n},), one name per series")
+    names = [str(i) for i in ids.tolist()]
+    _check_unique(path, names)
+    return names
+
+
+def _check_unique(path: Path, names: list[str]) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise DataError(f"{path}: series id {name!r} appears twice in ids; each series needs its own id")
+        seen.add(name)
+
+
+def _read_csv(path: Path, channels: list[str]) -> Series:
+    """Long-format CSV (series, time, channels...) -> Series, padded to the longest series."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise DataError(f"{path}: not a readable UTF-8 CSV file ({exc}); "
+                        f"expected {_format_hint(path, channels)}") from exc
+    rows = [r for r in rows if any(cell.strip() for cell in r)]  # blank lines
+    if not rows:
+        raise DataError(f"{path}: empty file; expected {_format_hint(path, channels)}")
+    header, body = [h.strip() for h in rows[0]], rows[1:]
+    _check_header(path, header, channels)
+    if not body:
+        raise DataError(f"{path}: empty file: a header but no rows; expected one row per observation")
+    order = [header.index(name) for name in (SERIES, TIME, *channels)]
+    groups: dict[str, list[tuple[float, list[float]]]] = {}
+    for line, row in enumerate(body, start=2):
+        if len(row) != len(header):
+            raise DataError(f"{path}: line {line} has {len(row)} fields; the header has {len(header)}")
+        name, time, *values = (row[i].strip() for i in order)
+        if not name:
+            raise DataError(f"{path}: line {line}: empty {SERIES!r}; every row names its series")
+        observed = [_cell(path, line, c, v) for c, v in zip(channels, values)]
+        groups.setdefault(name, []).append((_cell(path, line, TIME, time, allow_empty=False), observed))
+    values, times = [], []
+    for name, obs in groups.items():
+        obs.sort(key=lambda o: o[0])  # stable: equal times keep their file order
+        times.append(np.array([o[0] for o in obs], np.float32))
+        with np.errstate(over="ignore"):  # beyond float32 becomes inf, which `screen` refuses by series
+            values.append(np.array([o[1] for o in obs], np.float32).reshape(len(obs), len(channels)))
+    x, t, mask = pad_sequences(values, times)
+    return Series(list(groups), x, t, mask)
+
+
+def _check_header(path: Path, header: list[str], channels: list[str]) -> None:
+    duplicated = sorted({h for h in header if header.count(h) > 1})
+    if duplicated:
+        raise DataError(f"{path}: duplicated columns {duplicated}")
+    allowed = [SERIES, TIME, *channels]
+    missing = [name for name in allowed if name not in header]
+    if missing:
+        raise DataError(f"{path}: missing columns {missing}; expected columns {allowed} (the model's channels)")
+    extra = [h for h in header if h not in allowed]
+    if extra:
+        raise DataError(f"{path}: unknown columns {extra}; allowed columns: {allowed} (the model's channels)")
+
+
+def _cell(path: Path, line: int, column: str, text: str, allow_empty: bool = True) -> float:
+    """One CSV cell as a float; an empty cell is NaN (not observed) where allowed."""
+    if not text and allow_empty:
+        return math.nan
+    try:
+        return float(text)
+    except ValueError:
+        raise DataError(f"{path}: line {line}, column {column!r}: {text!r} is not a number"
+                        + ("; leave the cell empty when not observed" if allow_empty else "")) from None
+
+
+def _check_times(path: Path, s: Series) -> None:
+    """Times finite and non-decreasing along every row (padding repeats the last time)."""
+    bad = ~np.isfinite(s.t)
+    if bad.any():
+        i, j = (int(v) for v in np.argwhere(bad)[0])
+        raise DataError(f"{path}: series {s.ids[i]!r} has a non-finite time ({s.t[i, j]:g}) at step {j}; "
+                        f"allowed: finite times")
+    back = np.diff(s.t, axis=1) < 0
+    if back.any():
+        i, j = (int(v) for v in np.argwhere(back)[0])
+        raise DataError(f"{path}: series {s.ids[i]!r} has decreasing times ({s.t[i, j]:g} then {s.t[i, j + 1]:g} "
+                        f"at step {j + 1}); allowed: non-decreasing times, padding repeating the last one")

@@ -1,0 +1,87 @@
+"""Each family's part of a search, checked before Ray starts: its space for the dataset, the
+fingerprint of what it searches (a rerun with the same one may resume it), where its record goes,
+and what its trials are handed (TrialContext).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import Resources, SearchParams
+from pipeline.data.inputs import fingerprint as data_fingerprint
+from pipeline.models import get_model_class
+from pipeline.models import user as user_families
+from pipeline.models.blocks.embedding import check_token_family
+from pipeline.spaces import SearchSpace, check_for_dataset, load_space, space_path
+from pipeline.stores import staleness, tracking
+from pipeline.stores.files import check_writable
+from pipeline.stores.paths import search_result_path
+from pipeline.sweep.cluster import is_uri, trial_slots
+from pipeline.sweep.context import TrialContext
+
+
+def storage_location(root: Path, storage_path: str) -> str:
+    """Ray Tune's storage: a URI as given, else an absolute path (relative ones from the root)."""
+    return storage_path if is_uri(storage_path) else str((root / storage_path).resolve())
+
+
+def time_limit_key(p: SearchParams, family: str) -> str:
+    """The params.yaml key that sets the family's trial time limit: what a user raises when
+    every first epoch outruns it."""
+    return f"search.family_time_limit_s.{family}" if family in p.family_time_limit_s else "search.trial_time_limit_s"
+
+
+def search_fingerprint(dataset: str, family: str, p: SearchParams, space_file: Path, data_dir: Path) -> str:
+    """What a search's results depend on: a rerun with the same fingerprint may resume it."""
+    code = user_families.code_digest(family)  # a family of the user's: its code too (built-in: the stage's digest)
+    blob = json.dumps({"dataset": dataset, "family": family, "params": p.model_dump(),
+                       "space": space_file.read_text(), "data": data_fingerprint(data_dir),
+                       **({"code": code} if code else {})}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass
+class FamilyPlan:
+    """One family's part of a search: checked before Ray starts, filled in as it runs."""
+
+    family: str
+    space: SearchSpace
+    res: Resources
+    fingerprint: str
+    out: Path
+    digest: str  # the fingerprint with the stage's code: a result stamped with it is current
+    parent: str = ""
+    resumed: bool = False
+
+
+def plan_family(root: Path, dataset: str, family: str, p: SearchParams, meta: Any, data_dir: Path) -> FamilyPlan:
+    """Check one family against the dataset before Ray starts (space, tokens, protocol, outputs)."""
+    if meta.vocab_size:  # a token dataset: refuse families that cannot read an embedding, before Ray
+        check_token_family(family, get_model_class(family), dataset)
+    space = load_space(space_path(root, family), family).for_dataset(dataset)  # its fixed values and reference
+    check_for_dataset(space, dataset, meta.task, bool(meta.vocab_size), p.epochs)
+    fp = search_fingerprint(dataset, family, p, space_path(root, family), data_dir)
+    out = search_result_path(root, dataset, family)
+    check_writable(out.parent)
+    return FamilyPlan(family, space, p.resources_for(family), fp, out,
+                      staleness.inputs_digest(fp, staleness.code_digest(staleness.SEARCH_CODE)))
+
+
+def start_limit(p: SearchParams, plans: list[FamilyPlan]) -> int:
+    """How many trials Tune may start at once: every family's live-trial cap together, but no
+    more than the cluster runs at once (the rest would only wait as placement groups); an
+    autoscaling cluster grows, so there only the caps count."""
+    caps = sum(min(p.max_concurrent, p.num_samples) for _ in plans)
+    return caps if p.autoscaling else min(caps, trial_slots([plan.res for plan in plans]))
+
+
+def trial_contexts(root: Path, dataset: str, p: SearchParams, data_dir: Path, exp_id: str,
+              plans: list[FamilyPlan]) -> dict[str, TrialContext]:
+    return {plan.family: TrialContext(dataset, plan.family, str(data_dir), p.epochs, p.trial_seed, plan.res.cpu,
+                                      tracking.tracking_uri(root), exp_id, plan.parent, p.time_limit_for(plan.family),
+                                      plan.res.gpu, plan.res.workers, time_limit_key(p, plan.family))
+            for plan in plans}

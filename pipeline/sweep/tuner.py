@@ -1,0 +1,84 @@
+"""The one Ray Tune run of a dataset's searches: one trainable for every family (the trial's family
+picks its context and resources), one FamilySearcher over the families' Optuna searchers and one
+FamilyScheduler over their ASHA schedulers, and what Ray keeps of them once the run ends.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ray import tune
+from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
+
+from pipeline.config import Resources, SearchParams
+from pipeline.data.contract import Dataset
+from pipeline.sweep.context import TrialContext
+from pipeline.sweep.families import FamilyScheduler, FamilySearcher, family_of
+from pipeline.sweep.plans import FamilyPlan
+from pipeline.sweep.records import METRIC
+from pipeline.sweep.scheduling import HistorySource, ResumableASHA, make_searcher
+from pipeline.sweep.trial import run_family_trial
+
+TrialFn = Callable[[dict[str, Any], TrialContext, Dataset], None]  # what a trial process runs
+
+
+def _resources(res: Resources) -> dict[str, float]:
+    if res.workers > 1:  # the trial only drives its Ray Train workers, which ask for their own resources
+        from pipeline.sweep.distributed import DRIVER_RESOURCES
+        return dict(DRIVER_RESOURCES)
+    return {"cpu": res.cpu, "gpu": res.gpu}
+
+
+def trainable(contexts: dict[str, TrialContext], data: Any, plans: list[FamilyPlan], trial_fn: TrialFn) -> Any:
+    """One trainable for every family: the trial's family picks its context and its resources."""
+    own = {plan.family: resource_dict_to_pg_factory(_resources(plan.res)) for plan in plans}
+    return tune.with_resources(tune.with_parameters(run_family_trial, contexts=contexts, data=data, trial_fn=trial_fn),
+                               lambda config: own[family_of(config)])
+
+
+def new_tuner(plans: list[FamilyPlan], contexts: dict[str, TrialContext], data: Any, p: SearchParams, mode: str,
+               storage: str, name: str, trial_fn: TrialFn) -> tune.Tuner:
+    searchers, schedulers = {}, {}
+    for plan in plans:
+        ctx = contexts[plan.family]
+        searchers[plan.family] = make_searcher(plan.space.define_by_run(), plan.space.reference_for(ctx.dataset),
+                                               METRIC, mode, p.sampler_seed, p.n_startup_trials, p.epochs)
+        schedulers[plan.family] = ResumableASHA(
+            HistorySource(ctx.tracking_uri, ctx.experiment_id, ctx.parent_run_id, METRIC),  # metric, mode: from Tune
+            max_t=p.epochs, grace_period=min(p.asha.grace_period, p.epochs), reduction_factor=p.asha.reduction_factor)
+    searcher = FamilySearcher(searchers, {plan.family: p.num_samples for plan in plans}, p.max_concurrent, METRIC,
+                              mode)
+    return tune.Tuner(
+        trainable(contexts, data, plans, trial_fn),
+        # reuse_actors: a trial process (torch, the models and the dataset already loaded) runs the
+        # next trial, of any family asking for the same resources, instead of a fresh process
+        # importing it all again, seconds per trial here. Not for data-parallel trials: their Ray
+        # Train run outlives Tune's 2 s reset window, and the next trial would fail to start in the
+        # old process.
+        tune_config=tune.TuneConfig(metric=METRIC, mode=mode, num_samples=searcher.total_samples,
+                                    scheduler=FamilyScheduler(schedulers), search_alg=searcher,
+                                    reuse_actors=all(plan.res.workers == 1 for plan in plans)),
+        run_config=tune.RunConfig(
+            name=name, storage_path=storage, verbose=0,
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            failure_config=tune.FailureConfig(max_failures=p.max_failures)),
+    )
+
+
+def restored_tuner(path: str, contexts: dict[str, TrialContext], data: Any, plans: list[FamilyPlan],
+                   trial_fn: TrialFn) -> tune.Tuner:
+    """The Ray experiment at `path` restored: finished trials kept, unfinished ones resumed from
+    their last checkpoint, errored ones left as they ended."""
+    return tune.Tuner.restore(path, trainable=trainable(contexts, data, plans, trial_fn),
+                              resume_unfinished=True, resume_errored=False, restart_errored=False)
+
+
+def searcher_of(tuner: tune.Tuner) -> FamilySearcher:
+    """The FamilySearcher that ran: after Tuner.restore, the one unpickled inside the Tuner, into
+    which Ray restored the studies (Ray keeps no public handle on it)."""
+    return tuner._local_tuner._tune_config.search_alg
+
+
+def scheduler_of(tuner: tune.Tuner) -> FamilyScheduler:
+    """The FamilyScheduler that ran (after Tuner.restore, the unpickled one), as searcher_of."""
+    return tuner._local_tuner._tune_config.scheduler

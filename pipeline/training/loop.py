@@ -1,0 +1,350 @@
+"""The one training loop every family shares, in search trials and in final runs alike."""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from typing import Any, Callable, NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from pipeline.runtime.allocator import keep_freed_memory
+from pipeline.data.contract import Dataset, Meta
+from pipeline.data.inputs import load_inputs
+from pipeline.errors import ConfigError, TrialFailedError
+from pipeline.training.metrics import score
+from pipeline.models import SequenceModel, get_model_class
+from pipeline.models.blocks.embedding import EMBED_DIM, TokenEmbedded, check_token_family
+from pipeline.config.protocol import TrainSettings, class_weights, make_optimizer, make_scheduler, per_batch
+
+__all__ = ["BudgetedRun", "TimeLimitReached", "TrainSettings", "Trainer", "beats", "build_model", "device_for", "is_better",
+           "loss_fn", "train_to_budget", "with_patience"]
+
+
+class TimeLimitReached(Exception):
+    """Raised between batches once a run's wall-clock deadline has passed."""
+
+
+def build_model(family: str, meta: Meta, input_channels: int, model_kwargs: dict[str, Any],
+                embed_dropout: float = 0.0) -> SequenceModel:
+    """Instantiate a registered family for a dataset's input and output shape.
+
+    On a token dataset (meta.vocab_size > 0) the family reads a learned embedding of the ids, of
+    `embed_dim` channels when model_kwargs sets it (else the dataset's embedding_size), with
+    dropout `embed_dropout` on it in training (a training key: the rebuilt model of a promoted
+    checkpoint evaluates without it either way).
+    """
+    cls = get_model_class(family)
+    model_kwargs = dict(model_kwargs)
+    embed_dim = model_kwargs.pop(EMBED_DIM, None)
+    if meta.vocab_size:
+        check_token_family(family, cls, meta.name)
+        size = embed_dim or meta.embedding_size
+        inner = cls(input_channels=size, output_size=meta.output_size, per_step=meta.per_step, **model_kwargs)
+        return TokenEmbedded(inner, meta.vocab_size, size, embed_dropout)
+    if embed_dim is not None:
+        raise ConfigError(f"`{EMBED_DIM}` sizes a token embedding, but {meta.name}'s inputs are not tokens; "
+                          "allowed: only on token datasets")
+    return cls(input_channels=input_channels, output_size=meta.output_size, per_step=meta.per_step, **model_kwargs)
+
+
+def loss_fn(meta: Meta, output: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
+            weight: torch.Tensor | None = None) -> torch.Tensor:
+    """output: (B, O) or (B, L, O) when per-step; y: (B,) or (B, L) (classes) or (..., O) (regression).
+
+    weight (pipeline.config.protocol.class_weights): (O,) class weights for classification, (1,) the
+    positive weight for binary; None: unweighted. Both take the weighted mean sum(w l) / sum(w)
+    (torch's cross_entropy with `weight`), which is what the CfC authors' code does with Table S2's
+    class_weight (a two-class cross-entropy weighted (1, w)); the FWP authors' Sepsis code instead
+    scales positive terms and divides by the batch size (BCEWithLogitsLoss(pos_weight)).
+    """
+    if meta.per_step:  # score observed steps only
+        output, y = output[mask], y[mask]
+    if meta.task == "classification":
+        return F.cross_entropy(output, y, weight=weight)
+    if meta.task == "binary":
+        if weight is None:
+            return F.binary_cross_entropy_with_logits(output[..., 0], y.float())
+        terms = F.binary_cross_entropy_with_logits(output[..., 0], y.float(), reduction="none")
+        w = torch.where(y == 1, weight, torch.ones_like(weight))
+        return (w * terms).sum() / w.sum()
+    return F.mse_loss(output, y.reshape(output.shape).float())
+
+
+class Trainer:
+    """Holds a model, its optimiser and the prepared splits of one dataset."""
+
+    def __init__(self, family: str, model_kwargs: dict[str, Any], settings: TrainSettings,
+                 dataset: Dataset, seed: int, device: str = "cpu", epochs: int | None = None) -> None:
+        """`epochs`: the run's budget, which a step schedule given as `lr_step_fraction` needs."""
+        keep_freed_memory()  # before the first tensor: pipeline/runtime/allocator.py
+        torch.manual_seed(seed)
+        self.meta, self.settings = dataset.meta, settings
+        cls = get_model_class(family)
+        channels = dataset.splits["train"].x.shape[2]
+        self.model = build_model(family, self.meta, channels, model_kwargs, settings.embed_dropout).to(device)
+        # Whole splits live on the device: the datasets are small, and it saves a copy per batch.
+        # Built once per split, or read from what prepare precomputed / an earlier trial cached.
+        self.inputs = {name: {k: v.to(device) for k, v in load_inputs(cls, name, s, model_kwargs, dataset.folder).items()}
+                       for name, s in dataset.splits.items()}
+        self.targets = {name: torch.from_numpy(s.y).to(device) for name, s in dataset.splits.items()}
+        self.masks = {name: torch.from_numpy(s.mask).to(device) for name, s in dataset.splits.items()}
+        self.optimizer = make_optimizer(self.model.parameters(), settings)
+        self.scheduler = make_scheduler(self.optimizer, settings, epochs)
+        weight = class_weights(self.meta.task, settings, self.targets["train"].cpu(), self.masks["train"].cpu(),
+                               self.meta.per_step, self.meta.output_size)
+        self.loss_weight = None if weight is None else weight.to(device)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.epoch = 0
+        # Early stopping (settings.patience): the best validation score so far and epochs since it.
+        self.best_val: float | None = None
+        self.stale_epochs = 0
+        self.device = device
+        # Data parallelism (see `distribute`): one process trains everything by default.
+        self.rank, self.world = 0, 1
+        self.train_module: torch.nn.Module = self.model  # what training forwards through: the model or its DDP wrapper
+
+    def distribute(self, wrap: Callable[[torch.nn.Module], torch.nn.Module], rank: int, world: int) -> None:
+        """Train as rank `rank` of `world` processes that each hold this same Trainer (same dataset,
+        seed and state), with torch.distributed already initialised.
+
+        `wrap` returns the model's DistributedDataParallel wrapper (ray.train.torch.prepare_model),
+        which averages gradients across ranks in backward. Every rank draws the same global batch
+        order and takes idx[rank::world] of each batch, weighting its loss by its share of the batch,
+        so an epoch is the same optimisation as in one process up to float summation order (random
+        layers such as dropout draw different masks per rank). Validation, state() and weights()
+        use the unwrapped model; state() is interchangeable with a single-process Trainer's.
+        """
+        if world < 1 or not 0 <= rank < world:
+            raise ValueError(f"rank {rank} is not in a world of {world} processes")
+        self.rank, self.world = rank, world
+        self.train_module = wrap(self.model)
+
+    def _batch(self, split: str, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {k: v[idx] for k, v in self.inputs[split].items()}
+
+    def _forward(self, split: str, idx: torch.Tensor, module: torch.nn.Module | None = None) -> torch.Tensor:
+        try:
+            return (self.model if module is None else module)(**self._batch(split, idx))
+        except AssertionError as exc:
+            # torchdiffeq signals step-size underflow and max_num_steps with assert.
+            raise TrialFailedError(f"ODE solver failed at epoch {self.epoch + 1}: {exc}") from exc
+
+    def train_epoch(self, deadline: float | None = None) -> float:
+        """One pass over train in a seeded random order; returns the mean loss.
+
+        With a `deadline` (time.monotonic()), raises TimeLimitReached between batches past it.
+        """
+        self.train_module.train()
+        n = len(self.targets["train"])
+        order = torch.randperm(n, generator=self.generator)  # the same order on every rank
+        total = 0.0
+        for start in range(0, n, self.settings.batch_size):
+            idx = order[start:start + self.settings.batch_size]
+            total += self._step(idx) * len(idx)
+            # Ranks stop together: one leaving early would leave the others waiting in a collective.
+            if deadline is not None and self._any_rank(time.monotonic() > deadline):
+                raise TimeLimitReached(f"time limit reached during epoch {self.epoch + 1}")
+        self.epoch += 1
+        if self.scheduler is not None and not per_batch(self.settings):
+            self.scheduler.step()
+        return total / n
+
+    def _step(self, idx: torch.Tensor) -> float:
+        """One optimiser step on the global batch `idx` (B,); returns the batch's mean loss."""
+        local, weight = self._shard(idx)
+        output = self._forward("train", local, self.train_module)
+        if weight == 0.0:
+            # Nothing of this batch here: a zero loss that still reaches every parameter, because
+            # DDP's backward waits for a gradient of each one from every rank.
+            loss = output.sum() * 0.0
+        else:
+            loss = loss_fn(self.meta, output, self.targets["train"][local], self.masks["train"][local],
+                           self.loss_weight)
+            if self.world > 1:
+                loss = loss * weight
+        batch_loss = self._batch_mean(loss)
+        if not math.isfinite(batch_loss):  # the same value, so the same decision, on every rank
+            raise TrialFailedError(f"non-finite training loss {batch_loss} at epoch {self.epoch + 1}")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.settings.grad_clip > 0:  # on the already averaged gradient: the same clip as one process
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
+        self.optimizer.step()
+        if self.scheduler is not None and per_batch(self.settings):
+            self.scheduler.step()
+        return batch_loss
+
+    def _loss_terms(self, idx: torch.Tensor) -> int:
+        """How many terms loss_fn averages over for samples `idx`: observed steps when per-step."""
+        return int(self.masks["train"][idx].sum()) if self.meta.per_step else len(idx)
+
+    def _shard(self, idx: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """This rank's samples of global batch `idx` and the weight of their mean loss.
+
+        DDP averages the ranks' gradients, so rank r scales its mean loss by
+        world * terms_r / terms_batch: the average is then the gradient of the whole batch's mean
+        loss, also for uneven shards. A rank with no terms gets one sample (idx[:1], forwarded
+        but weighted 0) so that it still joins the gradient reduction.
+        """
+        if self.world == 1:
+            return idx, 1.0
+        local = idx[self.rank::self.world]
+        terms = self._loss_terms(local) if len(local) else 0
+        if terms == 0:
+            return idx[:1], 0.0
+        return local, self.world * terms / self._loss_terms(idx)
+
+    def _batch_mean(self, loss: torch.Tensor) -> float:
+        """The global batch's mean loss: the ranks' weighted losses summed, over the world size."""
+        if self.world == 1:
+            return loss.item()
+        total = loss.detach().reshape(1).clone()
+        torch.distributed.all_reduce(total)
+        return total.item() / self.world
+
+    def _any_rank(self, flag: bool) -> bool:
+        """Whether `flag` holds on any rank (one small collective when data-parallel)."""
+        if self.world == 1:
+            return flag
+        votes = torch.tensor([float(flag)], device=self.device)
+        torch.distributed.all_reduce(votes)
+        return votes.item() > 0
+
+    @torch.no_grad()
+    def predict(self, split: str, batch_size: int = 512) -> torch.Tensor:
+        """Raw outputs for a whole split: (N, O) or (N, L, O)."""
+        self.model.eval()
+        n = len(self.targets[split])
+        outs = [self._forward(split, torch.arange(s, min(s + batch_size, n))) for s in range(0, n, batch_size)]
+        return torch.cat(outs)
+
+    def evaluate(self, split: str) -> float:
+        return self.evaluate_with_loss(split)[0]
+
+    def evaluate_with_loss(self, split: str) -> tuple[float, float]:
+        """(metric, training loss) on a whole split, from one prediction pass. The loss breaks ties
+        of the metric: on a small validation split accuracy saturates (54 JapaneseVowels series:
+        several epochs and families at the same 98.15 %), the cross-entropy still orders them."""
+        output, y, mask = self.predict(split).cpu(), self.targets[split].cpu(), self.masks[split].cpu()
+        value = score(self.meta, output, y, mask)
+        if not math.isfinite(value):
+            raise TrialFailedError(f"non-finite {self.meta.metric} on {split} at epoch {self.epoch}")
+        weight = None if self.loss_weight is None else self.loss_weight.cpu()
+        return value, float(loss_fn(self.meta, output, y, mask, weight))
+
+    def run_epoch(self, deadline: float | None = None) -> dict[str, float]:
+        """Train one epoch and score validation: {epoch, train_loss, val_metric, epoch_seconds}."""
+        start = time.perf_counter()
+        lr = self.optimizer.param_groups[0]["lr"]  # the rate this epoch trained with
+        train_loss = self.train_epoch(deadline)
+        seconds = time.perf_counter() - start
+        val, val_loss = self.evaluate_with_loss("val")
+        if is_better(val, self.best_val, self.meta.mode):
+            self.best_val, self.stale_epochs = val, 0
+        else:
+            self.stale_epochs += 1
+        return {"epoch": self.epoch, "train_loss": train_loss, "val_metric": val, "val_loss": val_loss,
+                "epoch_seconds": seconds, "lr": lr}
+
+    @property
+    def stopped_early(self) -> bool:
+        """Whether early stopping ends the run now: `patience` epochs without a better validation score."""
+        return 0 < self.settings.patience <= self.stale_epochs
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """A CPU copy of the model's weights (loadable where there is no GPU)."""
+        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+
+    def state(self) -> dict[str, Any]:
+        """A snapshot (copied: state_dict() tensors alias the live parameters)."""
+        return copy.deepcopy({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                              "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+                              "generator": self.generator.get_state(), "epoch": self.epoch,
+                              "best_val": self.best_val, "stale_epochs": self.stale_epochs})
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Resume from state(); a checkpoint written before schedules existed has none to restore."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.generator.set_state(state["generator"])
+        self.epoch = state["epoch"]
+        self.best_val, self.stale_epochs = state.get("best_val"), state.get("stale_epochs", 0)
+
+
+def device_for(gpus: float) -> str:
+    """CUDA when the run was given a GPU share (Ray sets CUDA_VISIBLE_DEVICES to it), else CPU."""
+    return "cuda" if gpus > 0 and torch.cuda.is_available() else "cpu"
+
+
+def is_better(a: float, b: float | None, mode: str) -> bool:
+    """Whether metric value `a` beats `b` (None: anything beats it) in direction `mode`."""
+    return b is None or (a > b if mode == "max" else a < b)
+
+
+def with_patience(train_cfg: dict[str, Any], patience: int | None) -> dict[str, Any]:
+    """The training keys with early stopping after `patience` epochs, unless the configuration
+    sets its own `patience` (a family's paper protocol keeps it) or `patience` is None."""
+    if patience is None or train_cfg.get("patience"):
+        return train_cfg
+    return {**train_cfg, "patience": patience}
+
+
+class BudgetedRun(NamedTuple):
+    """What train_to_budget returns: the validation curve and training seconds per epoch, the
+    best epoch's weights and its 1-based number, and why training stopped ("patience",
+    "max_epochs" or "time_limit")."""
+    curve: list[float]
+    seconds: list[float]
+    best_state: dict[str, Any] | None
+    best_epoch: int
+    stop: str
+
+
+def beats(metric: float, loss: float | None, best: tuple[float, float | None] | None, mode: str) -> bool:
+    """Whether an epoch's validation (metric, loss) beats the best so far (None: anything does):
+    a better metric, or the same metric with a lower loss (no loss: never on a tie)."""
+    if best is None or is_better(metric, best[0], mode):
+        return True
+    tied = metric == best[0] and loss is not None and math.isfinite(loss)
+    return tied and (best[1] is None or not math.isfinite(best[1]) or loss < best[1])
+
+
+def train_to_budget(trainer: Trainer, epochs: int, time_limit_s: float | None, mode: str,
+                    on_epoch: Callable[[dict[str, float]], None] | None = None) -> BudgetedRun:
+    """Train until early stopping, `epochs` or the wall-clock cap, whichever comes first, keeping
+    the weights of the best validation epoch: the best metric, and among epochs that tie on it
+    the lowest validation loss (`beats`). Early stopping (`patience`) counts epochs without a
+    better metric only, so the loss never lengthens training. `on_epoch` receives each epoch's
+    metrics.
+
+    The cap is checked before each epoch against the slowest epoch so far (training and
+    validation), so training stops before it would run past `time_limit_s`, never midway; the
+    first epoch always runs."""
+    curve: list[float] = []
+    seconds: list[float] = []
+    best, best_state, best_epoch, slowest = None, None, 0, 0.0
+    started = time.monotonic()
+
+    def outcome(stop: str) -> BudgetedRun:
+        return BudgetedRun(curve, seconds, best_state, best_epoch, stop)
+
+    while trainer.epoch < epochs:
+        if time_limit_s is not None and curve and time.monotonic() - started + slowest > time_limit_s:
+            return outcome("time_limit")
+        epoch_start = time.monotonic()
+        m = trainer.run_epoch()
+        slowest = max(slowest, time.monotonic() - epoch_start)
+        if on_epoch is not None:
+            on_epoch(m)
+        curve.append(m["val_metric"])
+        seconds.append(m["epoch_seconds"])
+        if beats(m["val_metric"], m.get("val_loss"), best, mode):
+            best, best_state, best_epoch = (m["val_metric"], m.get("val_loss")), trainer.weights(), len(curve)
+        if trainer.stopped_early:  # `patience` epochs without a better validation score
+            return outcome("patience")
+    return outcome("max_epochs")
