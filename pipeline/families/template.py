@@ -69,7 +69,7 @@ class {cls}(SequenceModel):
 
 SPACE = '''# Search space of {name} ({PACKAGE}/{name}.py). Every key is a training setting (lr, batch_size,
 # optimizer, ...: pipeline/config/protocol.py) or a keyword argument of the model; `reference` is tried
-# first. Format: pipeline/spaces/space.py.
+# first. Format: pipeline/spaces/__init__.py.
 reference:
   lr: 0.005
   hidden_size: 32

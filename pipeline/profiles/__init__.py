@@ -13,8 +13,8 @@ with the usual one-line error, never on a cluster.
                                          as params.yaml.bak; a profile's output is not)
 
 The search of a reproduction is its first trial, the paper's reference configuration for each
-dataset (pipeline/spaces/space.py `reference`), run for one epoch to record it; the final stage then
-trains that configuration over the paper's seeds for the paper's epochs.
+dataset (a search space's `reference`, pipeline/spaces/), run for one epoch to record it; the final
+stage then trains that configuration over the paper's seeds for the paper's epochs.
 
 Imports: errors, config, spaces.
 """
