@@ -25,6 +25,19 @@ import sys
 from types import ModuleType
 
 MOVED: dict[str, str] = {
+    "pipeline.data.imdb": "pipeline.data.kinds.imdb",
+    "pipeline.data.person_activity": "pipeline.data.kinds.person_activity",
+    "pipeline.data.physionet2012": "pipeline.data.kinds.physionet2012",
+    "pipeline.data.sepsis": "pipeline.data.kinds.sepsis",
+    "pipeline.data.speech_commands": "pipeline.data.kinds.speech_commands",
+    "pipeline.data.uea": "pipeline.data.kinds.uea",
+    "pipeline.data.walker2d": "pipeline.data.kinds.walker2d",
+    "pipeline.data.xor": "pipeline.data.kinds.xor",
+    "pipeline.data.local": "pipeline.data.kinds.local",
+    "pipeline.data.local.dataset": "pipeline.data.kinds.local.dataset",
+    "pipeline.data.local.files": "pipeline.data.kinds.local.files",
+    "pipeline.data.local.long_csv": "pipeline.data.kinds.local.long_csv",
+    "pipeline.data.local.npz": "pipeline.data.kinds.local.npz",
     "pipeline.allocator": "pipeline.runtime.allocator",
     "pipeline.interrupts": "pipeline.runtime.interrupts",
     "pipeline.io": "pipeline.stores.files",
@@ -100,4 +113,7 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
 def install() -> None:
     """Put the finder on sys.meta_path once per process."""
     if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):
-        sys.meta_path.append(_MovedFinder())
+        # First, not last: an old package path (pipeline.data.local) resolves to the new package,
+        # whose __path__ would otherwise let the path finder load `pipeline.data.local.npz` a
+        # second time, as a copy under the old name. It answers only the names in MOVED.
+        sys.meta_path.insert(0, _MovedFinder())
