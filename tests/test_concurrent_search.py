@@ -23,7 +23,7 @@ from pipeline.data.kinds.xor import build as build_xor
 from pipeline.final.stage import final_many
 from pipeline.stores.paths import final_result_path, processed_dir, search_result_path
 from pipeline.sweep.cluster import PENDING_TRIALS_ENV, SNAPSHOT_WARNING_ENV, pending_trials, trial_slots
-from pipeline.sweep.families import FAMILY_KEY, TRIAL_NUMBER_KEY, FamilySearcher
+from pipeline.sweep.families import FAMILY_KEY, REPEAT_KEY, TRIAL_NUMBER_KEY, FamilySearcher
 from pipeline.sweep.scheduling import make_searcher
 from pipeline.sweep.search import search_many
 import yaml
@@ -35,28 +35,31 @@ def _space(trial) -> None:
     trial.suggest_float("lr", 1e-4, 1e-1, log=True)
 
 
-def _family_searcher(budgets: dict[str, int], max_concurrent: int = 2) -> FamilySearcher:
+def _family_searcher(budgets: dict[str, int], max_concurrent: int = 2, round_size: int = 2) -> FamilySearcher:
     searchers = {f: make_searcher(_space, None, "val_metric", "max", seed=i, n_startup_trials=1, max_epochs=3)
                  for i, f in enumerate(budgets)}
-    return FamilySearcher(searchers, budgets, max_concurrent, "val_metric", "max")
+    return FamilySearcher(searchers, budgets, max_concurrent, "val_metric", "max", round_size=round_size)
 
 
-def test_families_take_turns_within_their_budgets_and_caps() -> None:
+def test_families_take_turns_within_their_budgets_and_rounds() -> None:
     s = _family_searcher({"a": 3, "b": 1}, max_concurrent=2)
     given = [s.suggest(f"t{i}") for i in range(4)]
-    assert [g[FAMILY_KEY] for g in given[:3]] == ["a", "b", "a"] and given[3] is None  # a at its cap, b spent
+    assert [g[FAMILY_KEY] for g in given[:3]] == ["a", "b", "a"] and given[3] is None  # a's round given, b spent
     assert [g[TRIAL_NUMBER_KEY] for g in given[:3]] == [0, 0, 1]  # each family's own study numbers its trials
     s.on_trial_complete("t0", {"val_metric": 0.5, "epoch": 3})
+    assert s.suggest("t4") is None  # a's round has not ended: t2 still runs, and nothing was told yet
+    assert [t.state.name for t in s.study_searcher("a")._ot_study.get_trials(deepcopy=False)] == ["RUNNING"] * 2
+    s.on_trial_complete("t2", {"val_metric": 0.6, "epoch": 3})  # the round ends: both told, in number order
     again = s.suggest("t4")
-    assert again[FAMILY_KEY] == "a" and set(again) == {FAMILY_KEY, TRIAL_NUMBER_KEY, "lr"}
+    assert again[FAMILY_KEY] == "a" and set(again) == {FAMILY_KEY, REPEAT_KEY, TRIAL_NUMBER_KEY, "lr"}
     assert s.suggest("t5") == Searcher.FINISHED and s.total_samples == 4  # every budget given out
-    for trial in ("t1", "t2", "t4"):  # the live trials are still told to their studies
+    for trial in ("t1", "t4"):  # the live trials are still told to their studies
         s.on_trial_complete(trial, {"val_metric": 0.4, "epoch": 3})
     assert [len(s.study_searcher(f)._ot_study.get_trials(deepcopy=False)) for f in "ab"] == [3, 1]
 
 
 def test_results_reach_only_their_own_family_s_study() -> None:
-    s = _family_searcher({"a": 2, "b": 2})
+    s = _family_searcher({"a": 2, "b": 2}, round_size=1)  # rounds of one: each result is told as it ends
     assert s.suggest("t0")[FAMILY_KEY] == "a" and s.suggest("t1")[FAMILY_KEY] == "b"
     s.on_trial_complete("t0", {"val_metric": 0.9, "epoch": 3})
     s.on_trial_complete("t1", {"val_metric": 0.2, "epoch": 1})  # stopped early: pruned, not complete
@@ -66,21 +69,45 @@ def test_results_reach_only_their_own_family_s_study() -> None:
     assert [t.state.name for t in b] == ["PRUNED"]
 
 
-def test_save_and_restore_keep_every_study_and_the_live_trials(tmp_path: Path) -> None:
+def test_save_and_restore_keep_every_study_the_live_trials_and_the_held_results(tmp_path: Path) -> None:
     s = _family_searcher({"a": 2, "b": 2})
     for i in range(3):
-        s.suggest(f"t{i}")
-    s.on_trial_complete("t0", {"val_metric": 0.7, "epoch": 3})
+        s.suggest(f"t{i}")  # a: t0, t2 (its first round); b: t1
+    s.on_trial_complete("t0", {"val_metric": 0.7, "epoch": 3})  # held until a's round ends
     s.save(str(tmp_path / "state.pkl"))
     restored = _family_searcher({"a": 2, "b": 2})
     restored.restore(str(tmp_path / "state.pkl"))
     assert restored.live_trials() == {"a": 1, "b": 1} == s.live_trials()
-    restored.on_trial_complete("t1", {"val_metric": 0.3, "epoch": 3})  # a trial from before the restore
-    assert [t.value for t in restored.study_searcher("b")._ot_study.get_trials(deepcopy=False)
-            if t.state.name == "COMPLETE"] == [0.3]
+    restored.on_trial_complete("t2", {"val_metric": 0.3, "epoch": 3})  # a trial from before the restore ends the round
+    assert [t.value for t in restored.study_searcher("a")._ot_study.get_trials(deepcopy=False)] == [0.7, 0.3]
     assert restored.suggest("t3")[FAMILY_KEY] == "b" and restored.suggest("t4") == Searcher.FINISHED
 
 
+def _run_rounds(order: list[str], round_size: int, max_concurrent: int) -> list[dict]:
+    """Drive one family's searcher: trials end in `order`'s sense (scores fixed per trial number,
+    arrival order as given); returns every proposal."""
+    s = _family_searcher({"a": 6}, max_concurrent=max_concurrent, round_size=round_size)
+    proposals, live, n = [], {}, 0
+    while True:
+        got = s.suggest(f"t{n}")
+        if isinstance(got, dict):
+            proposals.append(got)
+            live[f"t{n}"] = got
+            n += 1
+            continue
+        if got == Searcher.FINISHED and not live:
+            return proposals
+        # no proposal now: one live trial ends, the first or the last by `order`
+        trial_id = sorted(live)[0 if order[len(proposals) % len(order)] == "first" else -1]
+        config = live.pop(trial_id)
+        s.on_trial_complete(trial_id, {"val_metric": (config[TRIAL_NUMBER_KEY] * 7919) % 13 / 13, "epoch": 3})
+
+
+def test_proposals_do_not_depend_on_arrival_order_or_concurrency() -> None:
+    # The same round size proposes the same configurations whichever trial ends first and however
+    # many run at once: results are told per round, in trial-number order.
+    runs = [_run_rounds(order, 3, cap) for order in (["first"], ["last"], ["first", "last"]) for cap in (1, 2, 3)]
+    assert all(r == runs[0] for r in runs[1:]) and len(runs[0]) == 6
 @pytest.mark.slow
 def test_trial_slots_count_what_the_cluster_runs_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)

@@ -102,7 +102,26 @@ def test_every_profile_is_listed_and_described() -> None:
     assert all(profiles.describe(n) for n in names)
 
 
-@pytest.mark.parametrize("name", profiles.names())
+# The papers' reproductions (for a GPU cluster); `default-repeats` is the default run searched 3 times.
+PAPER_PROFILES = [n for n in profiles.names() if n.split("-")[0] in {"cfc", "fwp", "cdrnde", "tw"}]
+
+
+def test_every_profile_is_a_paper_s_or_the_default_repeated() -> None:
+    assert sorted(profiles.names()) == sorted([*PAPER_PROFILES, "default-repeats"])
+
+
+def test_default_repeats_is_the_default_run_with_its_search_repeated_three_times() -> None:
+    from pipeline.config import load_params
+
+    _, params = profiles.load("default-repeats", PARAMS)
+    base = load_params(PARAMS)
+    assert params.search.repeats == 3 and base.search.repeats == 1
+    assert params.search.model_dump(exclude={"repeats"}) == base.search.model_dump(exclude={"repeats"})
+    assert (params.final, params.promote, params.datasets, params.families) == \
+        (base.final, base.promote, base.datasets, base.families)
+
+
+@pytest.mark.parametrize("name", PAPER_PROFILES)
 def test_profile_loads_validates_and_fits_every_space(name: str) -> None:
     raw, params = profiles.load(name, PARAMS)
     assert set(raw["datasets"]) == set(params.datasets) and params.search.num_samples == 1
@@ -117,7 +136,7 @@ def test_profile_loads_validates_and_fits_every_space(name: str) -> None:
             check_for_dataset(space, dataset, meta.task, bool(meta.vocab_size), epochs)  # raises if not
 
 
-@pytest.mark.parametrize("name", profiles.names())
+@pytest.mark.parametrize("name", PAPER_PROFILES)
 def test_profile_first_trials_train_one_step_on_fixture_data(name: str) -> None:
     """The first trial of each (dataset, family) search is its reference: one step of it trains."""
     _, params = profiles.load(name, PARAMS)

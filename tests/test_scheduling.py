@@ -134,3 +134,37 @@ def test_unpickling_is_what_marks_the_scheduler_for_refilling(tmp_path: Path) ->
     asha = ResumableASHA(source, max_t=MAX_EPOCHS, grace_period=1, reduction_factor=2)
     asha._refilled = True
     assert pickle.loads(pickle.dumps(asha))._refilled is False
+
+
+class _NumberedTrial:
+    """A trial as Tune hands it to the scheduler: its id and its config with its Optuna number."""
+
+    def __init__(self, number: int) -> None:
+        self.trial_id, self.config = f"t{number}", {"optuna_trial_number": number}
+
+
+def _decisions(scores: dict[int, float], arrival: list[int], round_size: int) -> dict[int, str]:
+    """ASHA's decision at the epoch-1 rung for each trial, results arriving in `arrival` order
+    (earlier rounds always end before a later round starts, as the family's searcher ensures)."""
+    asha = ResumableASHA(HistorySource("", "", "", "val_metric"), round_size=round_size, max_t=MAX_EPOCHS,
+                         grace_period=1, reduction_factor=2)
+    asha.set_search_properties("val_metric", "max")
+    asha._refilled = True  # nothing to refill: a fresh search
+    trials = {n: _NumberedTrial(n) for n in scores}
+    for n in trials.values():
+        asha.on_trial_add(None, n)
+    return {n: asha.on_trial_result(None, trials[n], {"val_metric": scores[n], EPOCH: 1}) for n in arrival}
+
+
+def test_asha_decides_by_earlier_rounds_never_by_arrival_order() -> None:
+    scores = {0: 0.5, 1: 0.9, 2: 0.6, 3: 0.4, 4: 0.95, 5: 0.55}
+    rounds = [[0, 1], [2, 3], [4, 5]]  # round size 2
+    orders = [[n for r in rounds for n in r], [n for r in rounds for n in reversed(r)]]
+    first, second = (_decisions(scores, order, 2) for order in orders)
+    assert first == second
+    # round 0: nothing earlier, both go on; round 1 against {0.5, 0.9}: the median cutoff 0.7 stops
+    # both; round 2 against {0.5, 0.9, 0.6, 0.4}: cutoff 0.55 stops neither (0.55 is not below it)
+    assert [first[n] for n in range(6)] == [TrialScheduler.CONTINUE] * 2 + [TrialScheduler.STOP] * 2 + \
+        [TrialScheduler.CONTINUE] * 2
+    # Ray's own rule (judged against whoever arrived first) would depend on the order:
+    # in round 1, trial 3 arriving before trial 2 would face {0.5, 0.9} and trial 2 {0.5, 0.9, 0.4}.

@@ -222,7 +222,7 @@ def scripted_search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dic
         env.delenv("MLFLOW_TRACKING_URI", raising=False)
         env.delenv("RAY_ADDRESS", raising=False)
         save_dataset(processed_dir(root, "x"), build_xor("x", XorParams(kind="xor", n_train=40, n_test=10, seed=3)))
-        p = SearchParams(num_samples=3, max_concurrent=1, epochs=2, n_startup_trials=1, max_failures=0,
+        p = SearchParams(num_samples=3, round_size=1, max_concurrent=1, epochs=2, n_startup_trials=1, max_failures=0,
                          asha={"grace_period": 1, "reduction_factor": 2})
         try:
             record = search(root, "x", "cfc", p, trial_fn=scripted_trial)

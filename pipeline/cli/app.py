@@ -193,6 +193,40 @@ def status_command(root: Path = ROOT) -> None:
         raise typer.Exit(code)
 
 
+COMPARE_LINES = 50
+
+
+@app.command("compare")
+@_stage
+def compare_command(
+    a: Path = typer.Argument(..., metavar="A", help="Project root A."),
+    b: Path = typer.Argument(..., metavar="B", help="Project root B."),
+    tolerance: float = typer.Option(0.0, min=0.0, help="Absolute tolerance for floats, for GPU runs (0: bit for bit)."),
+    every: bool = typer.Option(False, "--all", help=f"Print every difference (at most {COMPARE_LINES} lines)."),
+) -> None:
+    """Compare two roots' results/**/*.json and reports/metrics.json, ignoring run ids, paths
+    inside each root and wall-clock times. Exit 0 if identical, else print the first difference
+    and exit 1."""
+    from pipeline.reporting.compare import compare_runs, compared_files
+
+    base_a, base_b = project_root(a), project_root(b)
+    found = compare_runs(base_a, base_b, tolerance)
+    if not found:
+        files = compared_files(base_a, base_b)
+        results = sum(f.startswith("results/") for f in files)
+        parts = [f"{results} under results/"] if results else []
+        parts += ["reports/metrics.json"] if "reports/metrics.json" in files else []
+        typer.echo(f"identical: {len(files)} files compared ({', '.join(parts)})")
+        return
+    shown = found[:COMPARE_LINES] if every else found[:1]
+    for difference in shown:
+        typer.echo(str(difference))
+    if len(found) > len(shown):
+        more = len(found) - len(shown)
+        typer.echo(f"... and {more} more difference{'s' if more > 1 else ''}" + ("" if every else "; --all lists them"))
+    raise typer.Exit(1)
+
+
 @app.command()
 @_stage
 def promote(

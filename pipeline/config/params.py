@@ -80,6 +80,8 @@ def _distinct(items: list[Any], what: str) -> list[Any]:
 
 MAX_EPOCHS = 100_000
 MAX_TRIALS = 100_000
+MAX_REPEATS = 20
+DEFAULT_ROUND = 2  # the default profile's: pipeline/sweep/families.py says what a round is
 
 
 class AshaParams(_Strict):
@@ -95,6 +97,13 @@ class SearchParams(_Strict):
     sampler_seed: Seed = 0
     n_startup_trials: int = Field(2, ge=0, le=MAX_TRIALS, description="random trials before TPE takes over")
     trial_seed: Seed = Field(1000, description="training seed of every search trial")
+    round_size: int = Field(
+        DEFAULT_ROUND, ge=1, le=MAX_TRIALS, description="trials a family's study proposes together; it learns from "
+        "them (and ASHA compares with them) only once the whole round has ended, so no decision depends on the order "
+        f"in which results arrive (1 to num_samples; left out: {DEFAULT_ROUND}, or num_samples if fewer)")
+    repeats: int = Field(
+        1, ge=1, le=MAX_REPEATS, description=f"independent searches per family (1 to {MAX_REPEATS}), repeat r with "
+        "sampler_seed + r and trial_seed + r; the final stage trains each repeat's best on every seed")
     trial_time_limit_s: float | None = Field(
         None, gt=0, le=7 * 86400, description="wall-clock limit per trial (at most a week); checked between batches")
     family_time_limit_s: dict[Name, Annotated[float, Field(gt=0, le=7 * 86400)]] = Field(
@@ -125,7 +134,20 @@ class SearchParams(_Strict):
             raise ValueError(f"asha.grace_period is {self.asha.grace_period}, more than search.epochs "
                              f"({self.epochs}): ASHA cannot split that budget into rungs; allowed: 1 to {self.epochs} "
                              f"(equal to `epochs`: no early stops)")
+        if self.round_size > self.num_samples:
+            raise ValueError(f"search.round_size is {self.round_size}, more than search.num_samples "
+                             f"({self.num_samples}): a round cannot hold more trials than the search; allowed: 1 "
+                             f"to {self.num_samples}")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_round(cls, data: Any) -> Any:
+        # Left out, the round is DEFAULT_ROUND trials, or the whole search when it has fewer.
+        samples = data.get("num_samples", cls.model_fields["num_samples"].default) if isinstance(data, dict) else None
+        if isinstance(data, dict) and "round_size" not in data and type(samples) is int and samples >= 1:
+            return {**data, "round_size": min(DEFAULT_ROUND, samples)}
+        return data
 
     def resources_for(self, family: str) -> Resources:
         """`resources` with the family's overrides applied."""

@@ -33,6 +33,7 @@ _SCORES = ("final_val", "final_test", "num_params", "seconds_per_epoch")
 def fingerprint(dataset: str, family: str, searched: dict[str, Any], p: FinalParams, data_dir: Path) -> str:
     """What a final evaluation's results depend on; equal fingerprints may share finished seeds."""
     blob = json.dumps({"dataset": dataset, "family": family, "config": searched["best_config"],
+                       "repeats": [r.get("best_config") for r in searched.get("repeats", [])],
                        "search_run": searched.get("mlflow_parent_run_id"), "seeds": p.seeds, "epochs": p.epochs,
                        "patience": p.patience, "time_limit_s": p.time_limit_s, "lr_factors": p.lr_factors, "data": data_fingerprint(data_dir)}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -57,16 +58,19 @@ def open_parent(client: tracking.MlflowClient, exp_id: str, dataset: str, family
     return parent, False
 
 
-def seed_key(seed: int, lr_factor: float) -> tuple[int, str]:
+REPEAT_TAG = "search_repeat"  # which repeat of the search found the configuration a seed trains
+
+
+def seed_key(seed: int, lr_factor: float, repeat: int = 0) -> tuple[int, str, int]:
     """A seed run's identity: the factor as its `lr_factor` tag spells it (`:g`), so a factor read
-    back from a tag matches the one in params.yaml."""
-    return int(seed), f"{lr_factor:g}"
+    back from a tag matches the one in params.yaml, and the search repeat whose best it trains."""
+    return int(seed), f"{lr_factor:g}", int(repeat)
 
 
-def _key(run: Any) -> tuple[int, str] | None:
+def _key(run: Any) -> tuple[int, str, int] | None:
     tags = run.data.tags
     try:
-        return seed_key(int(tags["seed"]), float(tags.get("lr_factor", "1")))
+        return seed_key(int(tags["seed"]), float(tags.get("lr_factor", "1")), int(tags.get(REPEAT_TAG, "0")))
     except (KeyError, ValueError):
         return None
 
@@ -74,10 +78,10 @@ def _key(run: Any) -> tuple[int, str] | None:
 STOP_TAG = "stop"  # why a seed's training ended: "patience", "max_epochs" or "time_limit"
 
 
-def finished_seeds(client: tracking.MlflowClient, exp_id: str, parent: str) -> dict[tuple[int, str], dict[str, Any]]:
+def finished_seeds(client: tracking.MlflowClient, exp_id: str, parent: str) -> dict[tuple[int, str, int], dict[str, Any]]:
     """{seed_key: the seed's result as train_seed returns it, without weights} for every
     FINISHED child run that logged all its scores (a nominal seed also its weights)."""
-    found: dict[tuple[int, float], dict[str, Any]] = {}
+    found: dict[tuple[int, str, int], dict[str, Any]] = {}
     for run in run_lookup.children(client, exp_id, parent):
         key = _key(run)
         metrics = run.data.metrics
@@ -87,7 +91,7 @@ def finished_seeds(client: tracking.MlflowClient, exp_id: str, parent: str) -> d
         if nominal and run.data.tags.get(STATE_ARTIFACT) != "true":
             continue  # finished before its weights were kept: train it again
         curve = run_lookup.metric_steps(client, run.info.run_id, "val_metric")
-        found[key] = {"seed": key[0], "lr_factor": float(key[1]), "val": metrics["final_val"],
+        found[key] = {"seed": key[0], "lr_factor": float(key[1]), "repeat": key[2], "val": metrics["final_val"],
                       "test": metrics["final_test"], "num_params": int(metrics["num_params"]),
                       "seconds_per_epoch": metrics["seconds_per_epoch"],
                       "curve": [curve[s] for s in sorted(curve)], "mlflow_run_id": run.info.run_id,

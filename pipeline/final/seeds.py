@@ -35,17 +35,21 @@ class SeedJob:
     lr_factor: float = 1.0  # 1: the searched configuration itself; else a robustness rerun
     patience: int | None = None  # epochs without a better validation score before the seed stops
     time_limit_s: float | None = None  # wall-clock cap on the seed's training
+    repeat: int = 0  # the search repeat whose best configuration this seed trains (`search.repeats`)
 
     @property
     def run_name(self) -> str:
-        """`seed-<n>/final/<family>`, a robustness rerun `seed-<n>/lr-x<f>/final/<family>`: what
-        tells a final run's children apart comes first, before MLflow's runs table cuts the name."""
+        """`seed-<n>/final/<family>`, a robustness rerun `seed-<n>/lr-x<f>/final/<family>`, the best
+        of search repeat r > 0 `seed-<n>/repeat-<r>/final/<family>`: what tells a final run's
+        children apart comes first, before MLflow's runs table cuts the name."""
         nominal = self.lr_factor == 1.0
-        return f"seed-{self.seed}/{'' if nominal else f'lr-x{self.lr_factor:g}/'}final/{self.family}"
+        repeat = f"repeat-{self.repeat}/" if self.repeat else ""
+        return f"seed-{self.seed}/{repeat}{'' if nominal else f'lr-x{self.lr_factor:g}/'}final/{self.family}"
 
     @property
     def tags(self) -> dict[str, Any]:
-        tags = {"dataset": self.dataset, "family": self.family, "stage": "final", "seed": self.seed}
+        tags = {"dataset": self.dataset, "family": self.family, "stage": "final", "seed": self.seed,
+                final_resume.REPEAT_TAG: self.repeat}
         return tags if self.lr_factor == 1.0 else {**tags, "stage": "robustness", "lr_factor": f"{self.lr_factor:g}"}
 
 
@@ -71,7 +75,8 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
         val, val_loss = trainer.evaluate_with_loss("val")
         result = {"seed": job.seed, "val": val, "val_loss": val_loss, "test": trainer.evaluate("test"),
                   "num_params": trainer.model.num_parameters(), "seconds_per_epoch": statistics.median(run.seconds),
-                  "curve": run.curve, "mlflow_run_id": run_id, "stop": run.stop, "best_epoch": run.best_epoch}
+                  "curve": run.curve, "mlflow_run_id": run_id, "stop": run.stop, "best_epoch": run.best_epoch,
+                  "repeat": job.repeat}
         tracking.log_metrics(client, run_id, {"final_val": val, "final_val_loss": val_loss, "final_test": result["test"],
                                               "num_params": result["num_params"], "best_epoch": run.best_epoch,
                                               "seconds_per_epoch": result["seconds_per_epoch"]})

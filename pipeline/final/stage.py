@@ -42,6 +42,7 @@ from pipeline.serving.pyfunc import log_model_from_state
 from pipeline.spaces import split_config
 from pipeline.sweep import run_lookup
 from pipeline.sweep.cluster import check_fits, check_shared_storage, ray_session
+from pipeline.training.selection import best_index
 
 __all__ = ["SeedJob", "final", "final_many", "scaled_lr", "stopping", "train_seed"]
 
@@ -94,12 +95,12 @@ class _Plan:
     parent: str
     resumed: bool
     jobs: list[SeedJob]
-    kept: dict[str, dict[str, Any]]
+    kept: dict[tuple[int, str, int], dict[str, Any]]
     digest: str
 
     @property
     def todo(self) -> list[SeedJob]:
-        return [j for j in self.jobs if final_resume.seed_key(j.seed, j.lr_factor) not in self.kept]
+        return [j for j in self.jobs if final_resume.seed_key(j.seed, j.lr_factor, j.repeat) not in self.kept]
 
 
 class _Inputs:
@@ -147,16 +148,19 @@ def _plan(inputs: _Inputs, family: str, p: FinalParams, only_stale: bool) -> _Pl
     searched = read_record(require(search_result_path(root, dataset, family), producer), producer, SEARCH_FOR_FINAL)
     if searched.get("status") == "failed":  # nothing to evaluate: say so, and let the other families go on
         return _skip_failed(root, dataset, family, searched)
-    if searched["trial_seed"] in p.seeds:
-        raise ConfigError(f"params.yaml: key `final.seeds`: {p.seeds} includes the search seed "
-                          f"{searched['trial_seed']}; final seeds must be fresh")
+    repeats = searched_repeats(searched)
+    for trial_seed in [searched["trial_seed"], *(r["trial_seed"] for r in searched.get("repeats", []))]:
+        if trial_seed in p.seeds:
+            raise ConfigError(f"params.yaml: key `final.seeds`: {p.seeds} includes the search seed "
+                              f"{trial_seed}; final seeds must be fresh")
     out = final_result_path(root, dataset, family)
     check_writable(out.parent)
     fp = final_resume.fingerprint(dataset, family, searched, p, inputs.dir)
     digest = staleness.inputs_digest(fp, staleness.code_digest(staleness.FINAL_CODE))
     if only_stale and (current := staleness.current_record(out, digest)) is not None:
         return {**current, "up_to_date": True}  # the flag is for the caller; the file is untouched
-    _check_protocol(searched["best_config"], inputs.data.meta, p.epochs, dataset, family)
+    for _, config in repeats:
+        _check_protocol(config, inputs.data.meta, p.epochs, dataset, family)
     client, exp_id = inputs.experiment
     _check_time_limit(client, searched, p, dataset, family)
     parent, resumed = final_resume.open_parent(
@@ -164,9 +168,11 @@ def _plan(inputs: _Inputs, family: str, p: FinalParams, only_stale: bool) -> _Pl
         {**searched["best_config"], "seeds": p.seeds, "epochs": p.epochs, "final_patience": p.patience,
          "time_limit_s": p.time_limit_s, "lr_factors": p.lr_factors})
     res = p.resources_for(family)
-    jobs = [SeedJob(dataset, family, str(inputs.dir), scaled_lr(searched["best_config"], factor), s, p.epochs,
-                    res.cpu, res.gpu, tracking.tracking_uri(root), exp_id, parent, factor, p.patience, p.time_limit_s)
-            for factor in (1.0, *p.lr_factors) for s in p.seeds]
+    # Robustness reruns (lr factors) train the first repeat's configuration only.
+    jobs = [SeedJob(dataset, family, str(inputs.dir), scaled_lr(config, factor), s, p.epochs, res.cpu, res.gpu,
+                    tracking.tracking_uri(root), exp_id, parent, factor, p.patience, p.time_limit_s, repeat)
+            for i, (repeat, config) in enumerate(repeats)
+            for factor in ((1.0, *p.lr_factors) if i == 0 else (1.0,)) for s in p.seeds]
     kept = final_resume.finished_seeds(client, exp_id, parent) if resumed else {}
     return _Plan(family, p, searched, parent, resumed, jobs, kept, digest)
 
@@ -195,9 +201,9 @@ def _run(inputs: _Inputs, plans: list[_Plan]) -> dict[str, dict[str, Any]]:
         for plan in plans:
             tracking.finish(client, plan.parent, exc)
         raise
-    trained: dict[str, dict[tuple[int, str], dict[str, Any]]] = {plan.family: {} for plan in plans}
+    trained: dict[str, dict[tuple[int, str, int], dict[str, Any]]] = {plan.family: {} for plan in plans}
     for i, result in done.items():
-        trained[todo[i].family][final_resume.seed_key(todo[i].seed, todo[i].lr_factor)] = result
+        trained[todo[i].family][final_resume.seed_key(todo[i].seed, todo[i].lr_factor, todo[i].repeat)] = result
     records, errors = {}, []
     for plan in plans:
         try:
@@ -214,13 +220,14 @@ def _run(inputs: _Inputs, plans: list[_Plan]) -> dict[str, dict[str, Any]]:
     return records
 
 
-def _finish(inputs: _Inputs, plan: _Plan, trained: dict[tuple[int, str], dict[str, Any]]) -> dict[str, Any]:
+def _finish(inputs: _Inputs, plan: _Plan, trained: dict[tuple[int, str, int], dict[str, Any]]) -> dict[str, Any]:
     """Write the family's record from its kept and newly trained seeds; close its parent run."""
     client, _ = inputs.experiment
     p, family = plan.p, plan.family
     by_key = {**plan.kept, **trained}
     # in job order, each with its job's exact factor (a kept run's tag holds it rounded by `:g`)
-    results = [{**by_key[final_resume.seed_key(j.seed, j.lr_factor)], "lr_factor": j.lr_factor} for j in plan.jobs]
+    results = [{**by_key[final_resume.seed_key(j.seed, j.lr_factor, j.repeat)], "lr_factor": j.lr_factor,
+                "repeat": j.repeat} for j in plan.jobs]
     record = _evaluate(inputs.root, inputs.dataset, family, plan.searched, p, results, inputs.data)
     record.update(mlflow_parent_run_id=plan.parent, resumed=plan.resumed, reused_seeds=len(plan.kept),
                   **{staleness.DIGEST_KEY: plan.digest})
@@ -232,6 +239,14 @@ def _finish(inputs: _Inputs, plan: _Plan, trained: dict[tuple[int, str], dict[st
     tracking.set_tags(client, plan.parent, {final_resume.COMPLETE_TAG: "true"})
     tracking.finish(client, plan.parent)
     return record
+
+
+def searched_repeats(searched: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """[(repeat, best configuration)] of every repeat of the search that found one (`search.repeats`;
+    a record without `repeats` is one search, repeat 0)."""
+    if "repeats" not in searched:
+        return [(int(searched.get("repeat", 0)), searched["best_config"])]
+    return [(int(r["repeat"]), r["best_config"]) for r in searched["repeats"] if r["status"] == "ok"]
 
 
 def _skip_failed(root: Path, dataset: str, family: str, searched: dict[str, Any]) -> dict[str, Any]:
@@ -276,13 +291,13 @@ def _evaluate(root: Path, dataset: str, family: str, searched: dict[str, Any], p
     record["robustness"] = [_robustness(searched["best_config"], searched["mode"], f,
                                         [r for r in results if r["lr_factor"] == f])
                             for f in p.lr_factors]
-    best = max(runs, key=lambda r: r["val"]) if searched["mode"] == "max" else min(runs, key=lambda r: r["val"])
+    best = runs[best_index([(r["val"], r.get("val_loss")) for r in runs], searched["mode"]) or 0]  # TIE_RULE
     uri = tracking.tracking_uri(root)
     state = best["state_dict"] if "state_dict" in best else final_resume.load_state(uri, best["mlflow_run_id"])
-    record["model_uri"] = log_model_from_state(best["mlflow_run_id"], uri, family,
-                                               split_config(searched["best_config"])[1],
+    config = dict(searched_repeats(searched)).get(best.get("repeat", 0), searched["best_config"])  # its repeat's
+    record["model_uri"] = log_model_from_state(best["mlflow_run_id"], uri, family, split_config(config)[1],
                                                data.splits["train"].x.shape[2], state, data.meta)
-    record["model_seed"] = best["seed"]
+    record["model_seed"], record["model_repeat"], record["model_config"] = best["seed"], best.get("repeat", 0), config
     return record
 
 
@@ -322,7 +337,7 @@ def _record(dataset: str, family: str, searched: dict[str, Any], runs: list[dict
             p: FinalParams) -> dict[str, Any]:
     val_mean, val_std = _summary([r["val"] for r in runs])
     test_mean, test_std = _summary([r["test"] for r in runs])
-    keep = ("seed", "val", "val_loss", "test", "num_params", "seconds_per_epoch", "curve", "mlflow_run_id")
+    keep = ("seed", "repeat", "val", "val_loss", "test", "num_params", "seconds_per_epoch", "curve", "mlflow_run_id")
     return {
         "status": "ok", "dataset": dataset, "family": family, "metric": searched["metric"], "mode": searched["mode"],
         "config": searched["best_config"], "epochs": p.epochs, "max_epochs": p.epochs, "patience": p.patience,
@@ -332,4 +347,21 @@ def _record(dataset: str, family: str, searched: dict[str, Any], runs: list[dict
         "seconds_per_epoch": statistics.median(r["seconds_per_epoch"] for r in runs),
         "n_trials": searched["n_trials"], "n_failed": searched["n_failed"],
         "seeds": [{**{k: r.get(k) for k in keep}, **stopping(r, searched["mode"])} for r in runs],
+        **_between_repeats(searched, runs),
     }
+
+
+def _between_repeats(searched: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The spread the search itself adds (Bouthillier et al. 2021): per repeat of the search, the
+    mean over its seeds, and the standard deviation of those means (ddof 1; 0 for one repeat)."""
+    configs = dict(searched_repeats(searched))
+    per = []
+    for repeat in sorted({r.get("repeat", 0) for r in runs}):
+        mine = [r for r in runs if r.get("repeat", 0) == repeat]
+        val_mean, val_std = _summary([r["val"] for r in mine])
+        test_mean, test_std = _summary([r["test"] for r in mine])
+        per.append({"repeat": repeat, "config": configs.get(repeat), "n_seeds": len(mine), "val_mean": val_mean,
+                    "val_std": val_std, "test_mean": test_mean, "test_std": test_std})
+    return {"n_repeats": len(per), "repeats": per,
+            "repeat_val_std": _summary([r["val_mean"] for r in per])[1],
+            "repeat_test_std": _summary([r["test_mean"] for r in per])[1]}

@@ -55,7 +55,7 @@ def _champion(client: MlflowClient, name: str) -> Any | None:
 def version_tags(record: dict[str, Any], commit: str) -> dict[str, str]:
     """What a registered version carries: metrics, per-seed scores, config and where it came from."""
     tags = {k: str(record[k]) for k in SUMMARY}
-    tags.update(config=json.dumps(record["config"], sort_keys=True),
+    tags.update(config=json.dumps(record.get("model_config", record["config"]), sort_keys=True),  # the model's repeat's
                 val_scores=json.dumps([s["val"] for s in record.get("seeds", [])]),
                 test_scores=json.dumps([s["test"] for s in record.get("seeds", [])]),
                 model_uri=record["model_uri"], final_run_id=str(record.get("mlflow_parent_run_id", "")),
@@ -116,8 +116,9 @@ def side_by_side(name: str, champion: Any | None, record: dict[str, Any]) -> str
             (f"test {metric}", score(champ, "test"), score(cand, "test")),
             ("seeds", champ.get("n_seeds", "—"), cand["n_seeds"])]
     champ_cfg = json.loads(champ.get("config", "{}"))
-    for key in sorted(set(record["config"]) | set(champ_cfg)):
-        a, b = champ_cfg.get(key, "—"), record["config"].get(key, "—")
+    config = record.get("model_config", record["config"])  # with search repeats: the best seed's repeat's
+    for key in sorted(set(config) | set(champ_cfg)):
+        a, b = champ_cfg.get(key, "—"), config.get(key, "—")
         rows.append((f"{'* ' if a != b and champ else ''}{key}", str(a), str(b)))
     width = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = [f"{name}"] + ["  " + "  ".join(c.ljust(w) for c, w in zip(r, width)).rstrip() for r in rows]

@@ -3,7 +3,8 @@ built from the final and search records, its Markdown tables, plots, statistics 
 ranking stability), the papers' reference figures, the provenance stamp, the marks that say
 which cells of a results table cannot be trusted (not converged, best configuration at the edge
 of its space, mostly failed searches, failed cells) and `ctsweep status`, which reads those
-marks back from reports/metrics.json. `promote` uses the same marks to refuse a candidate.
+marks back from reports/metrics.json, and `ctsweep compare`, which names the first difference
+between two project roots' results (compare.py). `promote` uses the same marks to refuse a candidate.
 
 Imports: errors, stores, config.
 """

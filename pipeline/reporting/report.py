@@ -5,7 +5,8 @@
                                    s / epoch, trials (failed); learning-rate robustness; fANOVA
                                    importances; the papers cited; provenance (commit, dvc.lock, params)
     reports/metrics.json           dataset -> family -> {val_mean, val_std, test_mean, test_std, n_seeds,
-                                   metric, params, seconds_per_epoch, n_trials, n_failed, best, p_vs_best,
+                                   metric, params, n_trials, n_failed, n_repeats, repeat_val_std,
+                                   repeat_test_std, best, p_vs_best,
                                    status: "ok", marks: [{mark, detail}]}; a family whose every search
                                    trial failed: {dataset, family, metric, n_trials, n_failed, errors,
                                    status: "failed", marks}
@@ -55,8 +56,10 @@ from pipeline.reporting.tables import (provenance_lines, references_lines, resul
 from pipeline.stores.schema import FINAL_FOR_REPORT
 from pipeline.stores.staging import staged
 
-METRIC_KEYS = ("val_mean", "val_std", "test_mean", "test_std", "n_seeds", "metric", "params",
-               "seconds_per_epoch", "n_trials", "n_failed")
+# No timings: metrics.json is what two runs of the same command must reproduce bit for bit
+# (`ctsweep compare`, `dvc metrics diff`); seconds per epoch stay in results.md and the records.
+METRIC_KEYS = ("val_mean", "val_std", "test_mean", "test_std", "n_seeds", "metric", "params", "n_trials", "n_failed")
+REPEAT_DEFAULTS = {"n_repeats": 1, "repeat_val_std": 0.0, "repeat_test_std": 0.0}  # records from before repeats
 FAILED_KEYS = ("dataset", "family", "metric", "n_trials", "n_failed", "errors")  # a failed cell has no scores
 
 
@@ -141,7 +144,8 @@ def _metrics(results: dict[str, dict[str, Any]], best: str | None,
             out[f] = {**{k: r[k] for k in FAILED_KEYS}, "status": "failed", "marks": shown}
             continue
         p = tests[f].p if tests[f] is not None else math.nan
-        out[f] = {**{k: r[k] for k in METRIC_KEYS}, "val_loss_mean": r.get("val_loss_mean"), "status": "ok", "marks": shown, "best": f == best,
+        out[f] = {**{k: r[k] for k in METRIC_KEYS}, **{k: r.get(k, v) for k, v in REPEAT_DEFAULTS.items()},
+                  "val_loss_mean": r.get("val_loss_mean"), "status": "ok", "marks": shown, "best": f == best,
                   "p_vs_best": None if math.isnan(p) else round(p, 6)}
     return out
 

@@ -27,10 +27,27 @@ def _diff(diff: float, metric: str) -> str:
     return f"{k * diff:+.{digits}f}"
 
 
+def repeated(results: dict[str, dict[str, Any]]) -> bool:
+    """Whether any family's final stage trained the bests of several search repeats."""
+    return any(r.get("n_repeats", 1) > 1 for r in results.values() if not is_failed(r))
+
+
+def test_units(record: dict[str, Any], by_repeat: bool) -> list[float]:
+    """The test scores a significance test compares: per seed, or with `by_repeat` one per search
+    repeat (its mean over seeds). Seeds of one repeat share its configuration, so with repeats the
+    repeat is the independent unit (Bouthillier et al. 2021, MLSys, "Accounting for variance in
+    machine learning benchmarks")."""
+    if by_repeat and record.get("repeats"):
+        return [r["test_mean"] for r in record["repeats"]]
+    return [s["test"] for s in record["seeds"]]
+
+
 def welch_vs_best(results: dict[str, dict[str, Any]], best: str) -> dict[str, Welch | None]:
-    """Welch's t-test of each family's per-seed test scores against the best family's (None for it)."""
-    ref = [s["test"] for s in results[best]["seeds"]]
-    return {f: None if f == best else welch([s["test"] for s in r["seeds"]], ref) for f, r in results.items()}
+    """Welch's t-test of each family's test scores against the best family's (None for it): per
+    seed, or per search repeat when any family has several (test_units)."""
+    by_repeat = repeated(results)
+    ref = test_units(results[best], by_repeat)
+    return {f: None if f == best else welch(test_units(r, by_repeat), ref) for f, r in results.items()}
 
 
 def p_value(p: float) -> str:
@@ -64,22 +81,30 @@ def results_table(dataset: str, finals: dict[str, dict[str, Any]], best: str | N
     papers cited. `best`: None when every family failed. `marks`: family -> its marks."""
     marks = marks or {}
     metric = (finals[best] if best is not None else next(iter(finals.values())))["metric"]
-    tests = welch_vs_best({f: r for f, r in finals.items() if not is_failed(r)}, best) if best is not None else {}
+    ok = {f: r for f, r in finals.items() if not is_failed(r)}
+    tests = welch_vs_best(ok, best) if best is not None else {}
+    by_repeat = repeated(ok)
+    # With search repeats: "test" is mean ± std over every (repeat, seed) run, "between repeats"
+    # the std of the repeats' means alone, and Welch's test runs on the repeat means.
+    extra, extra_rule = (" between repeats (test) |", "---|") if by_repeat else ("", "")
+    welch_label = "Welch over repeats" if by_repeat else "Welch"
     lines = [f"## {dataset} ({metric}{', %' if metric == 'accuracy' else ''})", "",
-             "| family | test | validation | paper (test) | Δ test vs best (Welch) | seeds | parameters "
+             f"| family | test | validation | paper (test) | Δ test vs best ({welch_label}) | seeds |{extra} parameters "
              "| s / epoch | trials (failed) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"|---|---|---|---|---|---|{extra_rule}---|---|---|"]
     for family, r in finals.items():
         symbols = "".join(SYMBOLS[m.mark] for m in marks.get(family, []) if m.mark in SYMBOLS)
         name = (f"**{family}** (best)" if family == best else family) + (f" {symbols}" if symbols else "")
         paper = _paper([f for f in refs.for_pair(dataset, family) if f.metric == metric], metric, cited)
         if is_failed(r):
             trials = f"{r['n_trials']} ({r['n_failed']})"
-            lines.append(f"| {name} | failed | failed | {paper} | — | 0 | — | — | {trials} |")
+            lines.append(f"| {name} | failed | failed | {paper} | — | 0 |{' — |' if by_repeat else ''} — | — "
+                         f"| {trials} |")
             continue
+        spread = f" ± {fmt(r.get('repeat_test_std', 0.0), None, metric)} ({r.get('n_repeats', 1)}) |" if by_repeat else ""
         lines.append(f"| {name} | {fmt(r['test_mean'], r['test_std'], metric)} | "
                      f"{fmt(r['val_mean'], r['val_std'], metric)} | {paper} | "
-                     f"{versus_best(tests[family], metric)} | {r['n_seeds']} | {r['params']:,} | "
+                     f"{versus_best(tests[family], metric)} | {r['n_seeds']} |{spread} {r['params']:,} | "
                      f"{r['seconds_per_epoch']:.2f} | {r['n_trials']} ({r['n_failed']}) |")
     return lines + [""] + tie_lines(finals, best) + footnotes(marks)
 

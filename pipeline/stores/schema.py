@@ -174,8 +174,11 @@ STATUS = OneOf("ok", "failed")  # a record without "status" predates it: ok
 # A search whose every trial failed: what it tried and why it failed, no configuration.
 SEARCH_FAILED = {"status": OneOf("failed"), "metric": str, "mode": MODE, "n_trials": int, "n_failed": int,
                  "best_config": NULL, "best_val": NULL, "errors": ListOf(str)}
+# `repeats` (search.repeats > 1): each repeat's outcome; the final stage trains every ok repeat's best.
+_REPEAT = Switch("status", {"failed": {"repeat": int, "status": OneOf("failed"), "trial_seed": int}},
+                 {"repeat": int, "status": OneOf("ok"), "best_config": CONFIG, "trial_seed": int})
 SEARCH_OK_FOR_FINAL = {"status?": STATUS, "metric": str, "mode": MODE, "best_config": CONFIG, "trial_seed": int,
-                       "n_trials": int, "n_failed": int, "space?": SPACE}
+                       "n_trials": int, "n_failed": int, "space?": SPACE, "repeats?": ListOf(_REPEAT, min_len=1)}
 SEARCH_FOR_FINAL = Switch("status", {"failed": SEARCH_FAILED}, SEARCH_OK_FOR_FINAL)
 
 _IMPORTANCE = {"evaluator?": str, "*": {"n_trials": int, "values": Maybe(MapOf(NUMBER)), "reason?": Maybe(str)}}

@@ -1,18 +1,29 @@
-"""Several families searched at once in one Ray Tune experiment, each as if it ran alone.
+"""Several families searched at once in one Ray Tune experiment, each as if it ran alone, and
+each decided the same way whatever the load or the number of trials at once.
 
 Why one experiment per dataset and not one per family side by side: Ray Tune runs one
 experiment per driver (`tuner.fit()` blocks, and Ray documents several Tune experiments in one
 cluster at once as unsupported), and searches run one after another leave the cluster's slots
 idle whenever a search has fewer trials left than slots. Here one experiment holds every
 family's search of a dataset, so a free slot goes to whichever family has a trial to propose
-(ray-project/ray#11764 asks for exactly this), while nothing is shared between families:
+(ray-project/ray#11764 asks for exactly this), while nothing is shared between families.
 
-- `FamilySearcher` holds one Optuna study per family (pipeline.sweep.scheduling's
-  BudgetAwareOptunaSearch, seeded as before) with that family's budget (`num_samples`) and
-  concurrency cap (`max_concurrent`); a trial's config carries its family under FAMILY_KEY and
-  its Optuna trial number under TRIAL_NUMBER_KEY (both stripped before the trial sees it).
-- `FamilyScheduler` holds one ASHA per family (ResumableASHA, refilled from that family's MLflow
-  parent run after a restore): a trial is only ever compared with trials of its own family.
+A *unit* is one search: a family and a repeat (`search.repeats`; repeat r samples with
+`sampler_seed + r` and trains with `trial_seed + r`). Each unit has its own Optuna study, budget
+(`num_samples`) and ASHA rungs:
+
+- `FamilySearcher` holds one Optuna study per unit (pipeline.sweep.scheduling's
+  BudgetAwareOptunaSearch). A trial's config carries its family under FAMILY_KEY, its repeat
+  under REPEAT_KEY and its Optuna trial number under TRIAL_NUMBER_KEY (all stripped before the
+  trial sees it).
+- Rounds: a unit proposes `round_size` trials together (trial numbers k*round_size onwards), and
+  its study is told their results only when the whole round has ended, in trial-number order;
+  until then the unit proposes nothing more (other units' trials keep the slots busy). So what
+  TPE proposes depends on the results alone, never on which trial reported first, how many ran
+  at once (`max_concurrent`, a cap on a unit's live trials, only spreads a round over time) or
+  how loaded the machine was. The round size is a search parameter, not a machine property.
+- `FamilyScheduler` holds one ASHA per unit (ResumableASHA): a trial is judged against the
+  earlier rounds of its own unit only, never by arrival order (scheduling.py, 3.).
 
 One dataset per experiment keeps the metric and its direction common to every trial (Tune's
 experiment-wide `metric`/`mode`), and keeps DVC's stage per dataset.
@@ -22,23 +33,36 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Union
 
 from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import Searcher
 
-from pipeline.sweep.scheduling import BudgetAwareOptunaSearch, ResumableASHA
+from pipeline.sweep.scheduling import NUMBER_TAG, REPEAT_TAG, BudgetAwareOptunaSearch, ResumableASHA
 
 FAMILY_KEY = "family"  # the config key naming a trial's family; never a model or training argument
-# The config key holding the trial's number in its family's Optuna study (what optuna-dashboard
+# The config key holding the trial's number in its unit's Optuna study (what optuna-dashboard
 # shows as "Trial 3"): the trial's MLflow run name starts with it. Never a model or training argument.
-TRIAL_NUMBER_KEY = "optuna_trial_number"
-_BOOKKEEPING = (FAMILY_KEY, TRIAL_NUMBER_KEY)
+TRIAL_NUMBER_KEY = NUMBER_TAG
+REPEAT_KEY = REPEAT_TAG  # the config key holding the trial's search repeat (0 when repeats is 1)
+_BOOKKEEPING = (FAMILY_KEY, TRIAL_NUMBER_KEY, REPEAT_KEY)
+
+Unit = tuple[str, int]  # (family, repeat): one search
 
 
 def family_of(config: Mapping[str, Any]) -> str:
     """The family a trial belongs to (its config as Tune holds it)."""
     return str(config[FAMILY_KEY])
+
+
+def repeat_of(config: Mapping[str, Any]) -> int:
+    """The search repeat a trial belongs to (0 for a trial of an experiment started before repeats)."""
+    return int(config.get(REPEAT_KEY, 0))
+
+
+def unit_of(config: Mapping[str, Any]) -> Unit:
+    """The search (family, repeat) a trial belongs to."""
+    return family_of(config), repeat_of(config)
 
 
 def trial_number_of(config: Mapping[str, Any]) -> int | None:
@@ -52,108 +76,151 @@ def without_family(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k not in _BOOKKEEPING}
 
 
-class FamilySearcher(Searcher):
-    """One seeded Optuna study per family behind one Tune searcher.
+def _unit(key: Union[str, Unit]) -> Unit:
+    return (key, 0) if isinstance(key, str) else (str(key[0]), int(key[1]))
 
-    `suggest` asks the families in turn (round robin from the one after the last served), each
-    within its own budget of trials and its own cap on live trials; it returns None while every
-    family with trials left is at its cap, and FINISHED once every budget is spent. Results go
-    to the study of the trial's family only.
+
+class FamilySearcher(Searcher):
+    """One seeded Optuna study per unit (family, repeat) behind one Tune searcher, told in rounds.
+
+    `suggest` asks the units in turn (round robin from the one after the last served), each
+    within its own budget, its cap on live trials and its current round; it returns None while
+    no unit may propose, and FINISHED once every budget is spent. A unit's results are held until
+    its round has ended, then told to its study in trial-number order. Keys given as a family
+    name mean that family's repeat 0.
     """
 
-    def __init__(self, searchers: Mapping[str, BudgetAwareOptunaSearch], budgets: Mapping[str, int],
-                 max_concurrent: int, metric: str, mode: str) -> None:
+    def __init__(self, searchers: Mapping[Any, BudgetAwareOptunaSearch], budgets: Mapping[Any, int],
+                 max_concurrent: int, metric: str, mode: str, round_size: int) -> None:
         super().__init__(metric=metric, mode=mode)
-        self._searchers = dict(searchers)
-        self._budgets = {f: int(budgets[f]) for f in self._searchers}
+        self._searchers = {_unit(k): s for k, s in searchers.items()}
+        self._budgets = {_unit(k): int(n) for k, n in budgets.items()}
         self._max_concurrent = max_concurrent
-        self._given = {f: 0 for f in self._searchers}
-        self._live: dict[str, set[str]] = {f: set() for f in self._searchers}
-        self._family_of: dict[str, str] = {}
+        self._round_size = round_size
+        self._given = {u: 0 for u in self._searchers}
+        self._told = {u: 0 for u in self._searchers}  # trials of finished rounds, told to the study
+        self._live: dict[Unit, set[str]] = {u: set() for u in self._searchers}
+        self._held: dict[Unit, dict[str, tuple[dict | None, bool]]] = {u: {} for u in self._searchers}
+        self._unit_of: dict[str, Unit] = {}
         self._cursor = 0
 
     @property
     def families(self) -> list[str]:
+        return sorted({f for f, _ in self._searchers})
+
+    @property
+    def units(self) -> list[Unit]:
         return list(self._searchers)
 
-    def study_searcher(self, family: str) -> BudgetAwareOptunaSearch:
-        """The family's own OptunaSearch (its `_ot_study` is the family's study)."""
-        return self._searchers[family]
+    def study_searcher(self, family: str, repeat: int = 0) -> BudgetAwareOptunaSearch:
+        """The unit's own OptunaSearch (its `_ot_study` is the unit's study)."""
+        return self._searchers[(family, repeat)]
 
     @property
     def total_samples(self) -> int:
         return sum(self._budgets.values())
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
-        # Each family's study was built with the experiment's metric and mode: nothing to change.
+        # Each unit's study was built with the experiment's metric and mode: nothing to change.
         return True
 
+    def _round_end(self, unit: Unit) -> int:
+        """How many trials the unit may have proposed by the end of its current round."""
+        return min(self._budgets[unit], self._told[unit] + self._round_size)
+
     def suggest(self, trial_id: str) -> dict[str, Any] | None | str:
-        names = list(self._searchers)
-        if all(self._given[f] >= self._budgets[f] for f in names):
+        units = list(self._searchers)
+        if all(self._given[u] >= self._budgets[u] for u in units):
             return Searcher.FINISHED
-        for offset in range(len(names)):
-            family = names[(self._cursor + offset) % len(names)]
-            if self._given[family] >= self._budgets[family] or len(self._live[family]) >= self._max_concurrent:
+        for offset in range(len(units)):
+            unit = units[(self._cursor + offset) % len(units)]
+            if self._given[unit] >= self._round_end(unit) or len(self._live[unit]) >= self._max_concurrent:
                 continue
-            config = self._searchers[family].suggest(trial_id)
+            config = self._searchers[unit].suggest(trial_id)
             if config is None or config == Searcher.FINISHED:
                 continue
-            self._given[family] += 1
-            self._live[family].add(trial_id)
-            self._family_of[trial_id] = family
-            self._cursor = (self._cursor + offset + 1) % len(names)
-            number = self._searchers[family].trial_number(trial_id)
-            return {FAMILY_KEY: family, **({} if number is None else {TRIAL_NUMBER_KEY: number}), **config}
+            self._given[unit] += 1
+            self._live[unit].add(trial_id)
+            self._unit_of[trial_id] = unit
+            self._cursor = (self._cursor + offset + 1) % len(units)
+            number = self._searchers[unit].trial_number(trial_id)
+            return {FAMILY_KEY: unit[0], REPEAT_KEY: unit[1],
+                    **({} if number is None else {TRIAL_NUMBER_KEY: number}), **config}
         return None
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        family = self._family_of.get(trial_id)
-        if family is not None:
-            self._searchers[family].on_trial_result(trial_id, result)
+        # An intermediate value of a RUNNING trial: TPE ignores running trials when it samples,
+        # so recording it at once changes no proposal of the current round.
+        unit = self._unit_of.get(trial_id)
+        if unit is not None:
+            self._searchers[unit].on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        family = self._family_of.get(trial_id)
-        if family is None or trial_id not in self._live[family]:
+        unit = self._unit_of.get(trial_id)
+        if unit is None or trial_id not in self._live[unit]:
             return  # told already (Tune may report an errored trial twice)
-        self._live[family].discard(trial_id)
-        self._searchers[family].on_trial_complete(trial_id, result=result, error=error)
+        self._live[unit].discard(trial_id)
+        self._held[unit][trial_id] = (result, error)
+        if self._given[unit] == self._round_end(unit) and not self._live[unit]:
+            self._end_round(unit)
+
+    def _end_round(self, unit: Unit) -> None:
+        """Tell the study the round's results in trial-number order; the next round may begin."""
+        searcher, held = self._searchers[unit], self._held[unit]
+        for trial_id in sorted(held, key=lambda t: (searcher.trial_number(t) is None, searcher.trial_number(t) or 0, t)):
+            result, error = held[trial_id]
+            searcher.on_trial_complete(trial_id, result=result, error=error)
+        self._told[unit] += len(held)
+        self._held[unit] = {}
 
     def live_trials(self) -> dict[str, int]:
-        """{family: trials proposed and not yet complete}."""
-        return {f: len(ids) for f, ids in self._live.items()}
+        """{family: trials proposed and not yet complete}, over the family's repeats."""
+        live: dict[str, int] = {}
+        for (family, _), ids in self._live.items():
+            live[family] = live.get(family, 0) + len(ids)
+        return live
 
     # Tune saves the searcher with the experiment state and restores it into the unpickled one.
-    # Every family's study state is saved with the bookkeeping; OptunaSearch's own save/restore
+    # Every unit's study state is saved with the bookkeeping; OptunaSearch's own save/restore
     # is the same copy of its __dict__.
+    _STATE = ("_given", "_told", "_live", "_held", "_unit_of", "_cursor")
+
     def save(self, checkpoint_path: str) -> None:
-        state = {"given": self._given, "live": self._live, "family_of": self._family_of, "cursor": self._cursor,
-                 "studies": {f: s.__dict__.copy() for f, s in self._searchers.items()}}
+        state = {name: getattr(self, name) for name in self._STATE}
+        state["studies"] = {u: s.__dict__.copy() for u, s in self._searchers.items()}
         with open(checkpoint_path, "wb") as handle:
             pickle.dump(state, handle)
 
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as handle:
             state = pickle.load(handle)
-        self._given, self._live = state["given"], state["live"]
-        self._family_of, self._cursor = state["family_of"], state["cursor"]
-        for family, study_state in state["studies"].items():
-            self._searchers[family].__dict__.update(study_state)
+        if "family_of" in state:  # saved before units and rounds: every trial was told at once
+            state = {"_given": {_unit(f): n for f, n in state["given"].items()},
+                     "_live": {_unit(f): ids for f, ids in state["live"].items()},
+                     "_unit_of": {t: _unit(f) for t, f in state["family_of"].items()}, "_cursor": state["cursor"],
+                     "studies": {_unit(f): s for f, s in state["studies"].items()}}
+            state["_told"] = {u: n - len(state["_live"].get(u, ())) for u, n in state["_given"].items()}
+            state["_held"] = {u: {} for u in state["_given"]}
+        for name in self._STATE:
+            setattr(self, name, state[name])
+        for unit, study_state in state["studies"].items():
+            self._searchers[unit].__dict__.update(study_state)
 
 
 class FamilyScheduler(FIFOScheduler):
-    """One ASHA per family: every decision is the trial's own family's ASHA's."""
+    """One ASHA per unit: every decision is the trial's own unit's ASHA's. Keys given as a family
+    name mean that family's repeat 0."""
 
-    def __init__(self, schedulers: Mapping[str, ResumableASHA]) -> None:
+    def __init__(self, schedulers: Mapping[Any, ResumableASHA]) -> None:
         super().__init__()
-        self._schedulers = dict(schedulers)
+        self._schedulers = {_unit(k): s for k, s in schedulers.items()}
         self._supports_buffered_results = False  # ASHA judges every epoch's result as it comes
 
-    def of(self, family: str) -> ResumableASHA:
-        return self._schedulers[family]
+    def of(self, family: str, repeat: int = 0) -> ResumableASHA:
+        return self._schedulers[(family, repeat)]
 
     def _for(self, trial: Any) -> ResumableASHA:
-        return self._schedulers[family_of(trial.config)]
+        return self._schedulers[unit_of(trial.config)]
 
     def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
         return all(s.set_search_properties(metric, mode, **spec) for s in self._schedulers.values())
@@ -174,8 +241,8 @@ class FamilyScheduler(FIFOScheduler):
         self._for(trial).on_trial_remove(tune_controller, trial)
 
     def debug_string(self) -> str:
-        return "; ".join(f"{f}: {s.debug_string()}" for f, s in self._schedulers.items())
+        return "; ".join(f"{f}/{r}: {s.debug_string()}" for (f, r), s in self._schedulers.items())
 
 
-__all__ = ["FAMILY_KEY", "TRIAL_NUMBER_KEY", "FamilySearcher", "FamilyScheduler", "family_of", "trial_number_of",
-           "without_family"]
+__all__ = ["FAMILY_KEY", "REPEAT_KEY", "TRIAL_NUMBER_KEY", "FamilySearcher", "FamilyScheduler", "Unit", "family_of",
+           "repeat_of", "trial_number_of", "unit_of", "without_family"]

@@ -35,10 +35,16 @@ def time_limit_key(p: SearchParams, family: str) -> str:
     return f"search.family_time_limit_s.{family}" if family in p.family_time_limit_s else "search.trial_time_limit_s"
 
 
+# Where and how many trials run at once, never what they compute (issue 28: a search's results do not
+# depend on them), so changing one neither resumes a different search nor makes a result stale.
+# `resources` stays: a trial's CPU count is its torch thread count, which changes the arithmetic.
+PLACEMENT_KEYS = ("max_concurrent", "autoscaling", "max_failures")
+
+
 def search_fingerprint(dataset: str, family: str, p: SearchParams, space_file: Path, data_dir: Path) -> str:
     """What a search's results depend on: a rerun with the same fingerprint may resume it."""
     code = user_families.code_digest(family)  # a family of the user's: its code too (built-in: the stage's digest)
-    blob = json.dumps({"dataset": dataset, "family": family, "params": p.model_dump(),
+    blob = json.dumps({"dataset": dataset, "family": family, "params": p.model_dump(exclude=set(PLACEMENT_KEYS)),
                        "space": space_file.read_text(), "data": data_fingerprint(data_dir),
                        **({"code": code} if code else {})}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -75,7 +81,8 @@ def start_limit(p: SearchParams, plans: list[FamilyPlan]) -> int:
     """How many trials Tune may start at once: every family's live-trial cap together, but no
     more than the cluster runs at once (the rest would only wait as placement groups); an
     autoscaling cluster grows, so there only the caps count."""
-    caps = sum(min(p.max_concurrent, p.num_samples) for _ in plans)
+    # a unit (family, repeat) never has more than a round of trials live
+    caps = sum(min(p.max_concurrent, p.round_size) for _ in plans) * p.repeats
     return caps if p.autoscaling else min(caps, trial_slots([plan.res for plan in plans]))
 
 

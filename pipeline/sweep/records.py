@@ -14,11 +14,12 @@ from pipeline.config import SearchParams
 from pipeline.errors import TrialFailedError
 from pipeline.stores import staleness, tracking
 from pipeline.sweep import run_lookup, sensitivity
-from pipeline.sweep.families import FamilyScheduler, FamilySearcher, without_family
+from pipeline.sweep.families import FamilyScheduler, FamilySearcher, repeat_of, trial_number_of, without_family
 from pipeline.sweep.plans import FamilyPlan
-from pipeline.training.loop import is_better
+from pipeline.training.selection import TIE_RULE, best_index, kept_epoch
 
 METRIC = "val_metric"
+LOSS = "val_loss"
 MAX_REASONS = 10  # distinct failure reasons kept in a failed record
 
 
@@ -47,15 +48,22 @@ def _trial_error(result: Any, scores: list[float], run_id: str | None, client: t
     return (logged or "the trial ended without reporting an epoch (no error recorded)")[:300]
 
 
+def _by_epoch(history: Any, key: str) -> dict[int, float]:
+    """{epoch: value} of one reported key from Tune's table of a trial (a retry may report one twice)."""
+    if history is None or key not in history:
+        return {}
+    return {int(e): float(v) for e, v in zip(history["epoch"], history[key])}
+
+
 def trial_records(results: list[Any], mode: str, seed: int, client: tracking.MlflowClient, exp_id: str,
                   parent: str) -> list[dict[str, Any]]:
-    """One record per trial (Tune's `Result`s of one family): its config without the family key,
-    best score, epochs, status and error, and MLflow run id."""
+    """One record per trial (Tune's `Result`s of one search), in trial-number order: its config
+    without the bookkeeping keys, its number and repeat, its kept epoch (pipeline.training.selection)
+    with the validation score and loss there, epochs, status and error, and MLflow run id."""
     records = []
     for result in results:
         history = result.metrics_dataframe
-        values = ({} if history is None or METRIC not in history
-                  else dict(zip(history["epoch"], history[METRIC])))  # by epoch: a retry may report one twice
+        values, losses = _by_epoch(history, METRIC), _by_epoch(history, LOSS)
         trial_id = result.metrics.get("trial_id") if result.metrics else None
         run_id = result.metrics.get("mlflow_run_id") if result.metrics else None
         if not run_id and trial_id:  # it never reported (failed in its first epoch): found by its trial id
@@ -63,14 +71,25 @@ def trial_records(results: list[Any], mode: str, seed: int, client: tracking.Mlf
             run_id = found.info.run_id if found else None
         if run_id:  # Tune's table of a trial retried from a checkpoint can lack the epochs before it;
             values.update(run_lookup.metric_steps(client, run_id, METRIC))  # its MLflow run has them all
-        scores = [v for v in values.values() if v == v]
-        best = (max if mode == "max" else min)(scores) if scores else None
-        error = _trial_error(result, scores, run_id, client)
+            losses.update(run_lookup.metric_steps(client, run_id, LOSS))
+        values = {e: v for e, v in values.items() if v == v}
+        kept = kept_epoch(values, losses, mode)
+        error = _trial_error(result, list(values.values()), run_id, client)
         records.append({
-            "trial_id": trial_id, "config": without_family(result.config), "seed": seed, "best_val": best, "epochs": len(scores),
-            "status": "error" if error else "ok", "error": error, "mlflow_run_id": run_id,
+            "trial_id": trial_id, "number": trial_number_of(result.config), "repeat": repeat_of(result.config),
+            "config": without_family(result.config), "seed": seed,
+            "best_val": None if kept is None else values[kept], "best_val_loss": losses.get(kept),
+            "best_epoch": kept, "epochs": len(values), "status": "error" if error else "ok", "error": error,
+            "mlflow_run_id": run_id,
         })
-    return records
+    return sorted(records, key=_trial_order)
+
+
+def _trial_order(record: dict[str, Any]) -> tuple[int, int, str]:
+    """Repeat, then Optuna trial number; a trial without a number (an experiment started before it
+    was kept) after the numbered ones, by its Ray trial id."""
+    number = record.get("number")
+    return record.get("repeat", 0), (1 << 30) if number is None else number, str(record["trial_id"])
 
 
 def close_runs(client: tracking.MlflowClient, records: list[dict[str, Any]], epochs: int) -> None:
@@ -89,6 +108,8 @@ def close_runs(client: tracking.MlflowClient, records: list[dict[str, Any]], epo
         if not run_id:
             continue
         run = client.get_run(run_id)
+        # the wall-clock guard cut it: its epochs depend on the machine's load (README, "Reproducibility")
+        r["time_limited"] = run.data.tags.get("time_limited") == "true"
         if r["status"] == "error":
             if run.info.status == "RUNNING":
                 tracking.finish(client, run_id, RuntimeError(r["error"] or "trial process died"),
@@ -121,24 +142,29 @@ def close_orphans(client: tracking.MlflowClient, exp_id: str, parent: str, recor
             tracking.terminate(client, run.info.run_id, "KILLED")
 
 
+def best_trial(records: list[dict[str, Any]], mode: str) -> dict[str, Any] | None:
+    """The best of a search's trials by the selection rule (TIE_RULE): its kept validation score,
+    then its validation loss there, then the lower trial number. A failed trial never wins, even
+    on the epochs it reported before failing. `records` in trial-number order (trial_records)."""
+    ok = [r for r in records if r["status"] == "ok" and r["best_val"] is not None]
+    i = best_index([(r["best_val"], r.get("best_val_loss")) for r in ok], mode)
+    return None if i is None else ok[i]
+
+
 def summarise(dataset: str, family: str, metric: str, mode: str, space: Any, p: SearchParams,
-              records: list[dict[str, Any]], parent: str) -> dict[str, Any]:
-    """The search record: "ok" with the best trial and the space, or "failed" with the reasons."""
-    # By trial id, so a tie is decided the same way however Tune (or the grid of a resumed search)
-    # lists the trials; a trial that failed later does not win on its earlier epochs.
-    ordered = sorted(records, key=lambda r: str(r["trial_id"]))
-    best = None
-    for r in ordered:
-        if r["status"] == "ok" and r["best_val"] is not None and is_better(r["best_val"], best and best["best_val"], mode):
-            best = r
+              records: list[dict[str, Any]], parent: str, repeat: int = 0) -> dict[str, Any]:
+    """One search's record: "ok" with the best trial and the space, or "failed" with the reasons."""
+    best = best_trial(records, mode)
     if best is None:
-        outcome = {"status": "failed", "best_config": None, "best_val": None, "errors": failure_reasons(ordered)}
+        outcome = {"status": "failed", "best_config": None, "best_val": None, "errors": failure_reasons(records)}
     else:  # sampled values plus the fixed ones
         outcome = {"status": "ok", "best_config": dict(best["config"]), "best_val": best["best_val"],
+                   "best_val_loss": best.get("best_val_loss"), "best_trial": best.get("number"),
                    "space": space_record(space)}
+    sampler_seed, trial_seed = p.sampler_seed + repeat, p.trial_seed + repeat
     return {
         "dataset": dataset, "family": family, "metric": metric, "mode": mode, **outcome,
-        "trial_seed": p.trial_seed, "sampler_seed": p.sampler_seed,
+        "trial_seed": trial_seed, "sampler_seed": sampler_seed, "repeat": repeat, "selection": TIE_RULE,
         "n_trials": len(records), "n_failed": sum(r["status"] == "error" for r in records),
         "reference": space.reference_for(dataset), "mlflow_parent_run_id": parent, "trials": records,
     }
@@ -179,31 +205,65 @@ def optuna_states(searcher: Any) -> dict[str, int]:
 def family_record(root: Path, dataset: str, p: SearchParams, meta: Any, plan: FamilyPlan,
                    client: tracking.MlflowClient, exp_id: str, path: str, searcher: FamilySearcher,
                    scheduler: FamilyScheduler, results: list[Any]) -> dict[str, Any]:
-    """One family's record from its trials' results; closes their runs, persists its study."""
-    family, parent = plan.family, plan.parent
+    """One family's record from its trials' results (every repeat); closes their runs, persists
+    each repeat's study.
+
+    The record's top level is the first repeat that found a configuration (repeat 0 unless it
+    failed), as a single search's record always was; with `search.repeats` > 1, `repeats` lists
+    every repeat's best (the final stage trains each) and `trials` holds every repeat's trials.
+    """
+    parent = plan.parent
     records = trial_records(results, meta.mode, p.trial_seed, client, exp_id, parent)
+    for r in records:
+        r["seed"] = p.trial_seed + r["repeat"]
     close_runs(client, records, p.epochs)
     close_orphans(client, exp_id, parent, records)
-    study_searcher = searcher.study_searcher(family)
+    repeats = [_repeat_record(root, dataset, p, meta, plan, searcher, scheduler, repeat,
+                              [r for r in records if r["repeat"] == repeat], client)
+               for repeat in range(p.repeats)]
+    head = next((r for r in repeats if r["status"] == "ok"), repeats[0])
+    record = {**{k: v for k, v in head.items() if k != "trials"}, "trials": records,
+              "n_trials": len(records), "n_failed": sum(r["status"] == "error" for r in records)}
+    if p.repeats > 1:
+        record["repeats"] = [{k: v for k, v in r.items() if k in REPEAT_KEYS} for r in repeats]
+        if record["status"] == "failed":  # every repeat failed: the reasons of them all
+            record["errors"] = failure_reasons(records)
+    record.update(ray_experiment_path=path, resumed=plan.resumed, searched_with=sorted(searcher.families),
+                  **{staleness.DIGEST_KEY: plan.digest})
+    return record
+
+
+# What the record keeps of each repeat (its trials are in the record's `trials`, tagged `repeat`).
+REPEAT_KEYS = ("repeat", "status", "best_config", "best_val", "best_val_loss", "best_trial", "sampler_seed",
+               "trial_seed", "n_trials", "n_failed", "errors", "optuna_study", "optuna_states", "asha_rungs")
+
+
+def _repeat_record(root: Path, dataset: str, p: SearchParams, meta: Any, plan: FamilyPlan, searcher: FamilySearcher,
+                   scheduler: FamilyScheduler, repeat: int, records: list[dict[str, Any]],
+                   client: tracking.MlflowClient) -> dict[str, Any]:
+    """One repeat's search record: its best trial, its study persisted, its ASHA rungs."""
+    family, parent = plan.family, plan.parent
+    study_searcher = searcher.study_searcher(family, repeat)
     states = optuna_states(study_searcher)
-    study = _persist(root, dataset, family, p, meta.metric, parent, study_searcher, records)  # failed searches too
-    tracking.set_tags(client, parent, {"optuna_states": json.dumps(states, sort_keys=True), **study})
-    record = summarise(dataset, family, meta.metric, meta.mode, plan.space, p, records, parent)
-    record.update(optuna_states=states, ray_experiment_path=path, resumed=plan.resumed,
-                  asha_rungs={f"{m:g}": n for m, n in sorted(scheduler.of(family).rung_sizes().items())}, **study,
+    study = _persist(root, dataset, family, p, meta.metric, parent, study_searcher, records, repeat)  # failed too
+    if repeat == 0:
+        tracking.set_tags(client, parent, {"optuna_states": json.dumps(states, sort_keys=True), **study})
+    record = summarise(dataset, family, meta.metric, meta.mode, plan.space, p, records, parent, repeat)
+    record.update(optuna_states=states, **study,
+                  asha_rungs={f"{m:g}": n for m, n in sorted(scheduler.of(family, repeat).rung_sizes().items())},
                   importance=sensitivity.importances(study["optuna_storage"], study["optuna_study"],
-                                                     min(p.asha.grace_period, p.epochs), p.sampler_seed),
-                  searched_with=sorted(searcher.families), **{staleness.DIGEST_KEY: plan.digest})
+                                                     min(p.asha.grace_period, p.epochs), p.sampler_seed + repeat))
     return record
 
 
 def _persist(root: Path, dataset: str, family: str, p: SearchParams, metric: str, parent: str,
-             searcher: Any, records: list[dict[str, Any]]) -> dict[str, str]:
-    """Copy the family's study to the project's Optuna storage; returns where it went. Each
+             searcher: Any, records: list[dict[str, Any]], repeat: int = 0) -> dict[str, str]:
+    """Copy one repeat's study to the project's Optuna storage; returns where it went. Each
     trial carries its MLflow run id and Ray trial id, a failed one its failure reason too."""
     url = sensitivity.storage_url(root, p.optuna_storage)
-    name = sensitivity.persist_study(searcher._ot_study, url, sensitivity.study_name(dataset, family, parent),
-                                     {"dataset": dataset, "family": family, "metric": metric,
+    label = family if repeat == 0 else f"{family}-repeat-{repeat}"
+    name = sensitivity.persist_study(searcher._ot_study, url, sensitivity.study_name(dataset, label, parent),
+                                     {"dataset": dataset, "family": family, "metric": metric, "repeat": repeat,
                                       "mlflow_parent_run_id": parent, "epochs": p.epochs},
                                      _trial_attrs(searcher, records))
     return {"optuna_storage": url, "optuna_study": name}

@@ -14,6 +14,14 @@
    is lost, so after a restore the first trials to reach a rung face no cutoff and weak ones run
    to the end. Here the restored ASHA refills its rungs from the per-epoch `val_metric` history
    in MLflow of the trials the search already ran, before it judges any new result.
+3. Ray's ASHA judges a trial at a rung against whatever trials happened to reach that rung
+   before it: under load, or with more trials at once, another trial arrives first and the same
+   search stops different trials. Here a trial of round k (its Optuna number // round size,
+   pipeline.sweep.families) is judged against the trials of rounds 0..k-1 only, which have all
+   ended before round k began (its family's searcher holds the next round back until then): a
+   decision depends on the trial's own scores and on earlier rounds, never on arrival order.
+   Within the first round no trial is stopped (nothing earlier to compare with), as Ray's ASHA
+   never stops the first trial to reach a rung.
 """
 
 from __future__ import annotations
@@ -22,13 +30,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
-from ray.tune.schedulers import ASHAScheduler
+import numpy as np
+from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.search.optuna import OptunaSearch
 
 from pipeline.stores import tracking
 from pipeline.sweep import run_lookup
 
 EPOCH = "epoch"  # the time attribute: our own epoch counter survives restarts from a checkpoint
+NUMBER_TAG = "optuna_trial_number"  # a trial run's tag: its number in its study (pipeline.sweep.trial)
+REPEAT_TAG = "search_repeat"  # a trial run's tag: which repeat of the family's search it belongs to
 
 
 class BudgetAwareOptunaSearch(OptunaSearch):
@@ -74,33 +85,54 @@ class HistorySource:
     parent_run_id: str
     metric: str
 
-    def load(self) -> dict[str, dict[int, float]]:
-        """{ray trial id: {epoch: metric}} of every trial logged under the parent run."""
+    repeat: int = 0  # the search repeat whose trials count (tag `search_repeat`; untagged runs: repeat 0)
+
+    def load(self) -> tuple[dict[str, dict[int, float]], dict[str, int]]:
+        """({ray trial id: {epoch: metric}}, {ray trial id: Optuna trial number}) of every trial of
+        this repeat logged under the parent run (a run without a number tag has none)."""
         client = tracking.MlflowClient(self.tracking_uri)
-        out = {}
+        steps, numbers = {}, {}
         for run in run_lookup.children(client, self.experiment_id, self.parent_run_id):
-            trial_id = run.data.tags.get("ray_trial_id")
-            if trial_id:
-                out[trial_id] = run_lookup.metric_steps(client, run.info.run_id, self.metric)
-        return out
+            tags = run.data.tags
+            trial_id = tags.get("ray_trial_id")
+            if trial_id and int(tags.get(REPEAT_TAG, 0)) == self.repeat:
+                steps[trial_id] = run_lookup.metric_steps(client, run.info.run_id, self.metric)
+                if tags.get(NUMBER_TAG) is not None:
+                    numbers[trial_id] = int(tags[NUMBER_TAG])
+        return steps, numbers
 
 
 class ResumableASHA(ASHAScheduler):
-    """ASHA (one bracket, time attribute `epoch`) that refills its rungs after Tuner.restore."""
+    """ASHA (one bracket, time attribute `epoch`) deciding by rounds (3. above), that refills its
+    rungs after Tuner.restore.
 
-    def __init__(self, history: HistorySource, **kwargs: Any) -> None:
+    `round_size`: trials per round of the family's study. A trial's round is its Optuna trial
+    number (config key `optuna_trial_number`) // round_size; a trial without one (tests, an old
+    experiment's trials) gets the order in which it was added instead.
+    """
+
+    def __init__(self, history: HistorySource, round_size: int = 1, **kwargs: Any) -> None:
         super().__init__(time_attr=EPOCH, brackets=1, **kwargs)
         self._history = history
         self._refilled = False
+        self._round_size = round_size
+        self._round: dict[str, int] = {}  # trial id -> round; refilled trials of unknown number: -1
+        self._added = 0
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # Unpickled: Tuner.restore is rebuilding the experiment; refill before the first decision.
-        self.__dict__.update(state)
+        # A scheduler pickled before rounds existed judged every trial as its own round.
+        self.__dict__.update({"_round_size": 1, "_round": {}, "_added": 0, **state})
         self._refilled = False
 
-    def refill(self, history: dict[str, dict[int, float]]) -> int:
-        """Record each trial's metric at every rung it reached; returns how many entries were added."""
+    def refill(self, history: dict[str, dict[int, float]], numbers: dict[str, int] | None = None) -> int:
+        """Record each trial's metric at every rung it reached; returns how many entries were added.
+        `numbers`: the trials' Optuna numbers (their rounds); a trial without one counts as earlier
+        than every trial still to come."""
         added = 0
+        for trial_id in history:
+            number = (numbers or {}).get(trial_id)
+            self._round.setdefault(trial_id, -1 if number is None else number // self._round_size)
         for milestone, recorded in self._brackets[0]._rungs:  # (epoch, {trial_id: signed metric})
             for trial_id, steps in history.items():
                 value = steps.get(int(milestone))
@@ -112,8 +144,43 @@ class ResumableASHA(ASHAScheduler):
     def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
         if not self._refilled:
             self._refilled = True
-            self.refill(self._history.load())
+            self.refill(*self._history.load())
         super().on_trial_add(tune_controller, trial)
+        number = (getattr(trial, "config", None) or {}).get(NUMBER_TAG)
+        self._round[trial.trial_id] = (self._added if number is None else int(number)) // self._round_size
+        self._added += 1
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+        if EPOCH not in result or self._metric not in result:
+            return TrialScheduler.CONTINUE
+        action = self._judge(trial.trial_id, result[EPOCH], self._metric_op * result[self._metric])
+        if result[EPOCH] >= self._max_t:  # the budget is spent: every trial stops there
+            action = TrialScheduler.STOP
+        self._num_stopped += action == TrialScheduler.STOP
+        return action
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict) -> None:
+        if EPOCH in result and self._metric in result:  # the result a trial ends on is recorded too
+            self._judge(trial.trial_id, result[EPOCH], self._metric_op * result[self._metric])
+        self._trial_info.pop(trial.trial_id, None)
+
+    def on_trial_remove(self, tune_controller: Any, trial: Any) -> None:
+        self._trial_info.pop(trial.trial_id, None)
+
+    def _judge(self, trial_id: str, epoch: float, value: float) -> str:
+        """Record the trial at the highest rung it has newly reached and decide there: STOP when it
+        is below the top 1/reduction_factor of the earlier rounds' scores at that rung."""
+        bracket = self._brackets[0]
+        for milestone, recorded in bracket._rungs:  # highest rung first
+            if epoch < milestone or trial_id in recorded:
+                continue
+            mine = self._round.get(trial_id, 0)
+            earlier = [v for t, v in recorded.items() if self._round.get(t, -1) < mine]
+            recorded[trial_id] = value
+            if earlier and value < np.nanpercentile(earlier, (1 - 1 / bracket.rf) * 100):
+                return TrialScheduler.STOP
+            return TrialScheduler.CONTINUE
+        return TrialScheduler.CONTINUE
 
     def rung_sizes(self) -> dict[float, int]:
         """{rung epoch: trials recorded there}, for logs and tests."""

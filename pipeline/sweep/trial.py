@@ -8,7 +8,9 @@ for a reason that would only repeat (a NaN loss, a solver failure, no epoch with
 limit) is tagged `final_failure` and fails again at once if Ray retries it.
 
 A trial's run is named for what tells it apart from its siblings first: `trial-<n>/search/<family>`,
-n its number in the family's Optuna study (as optuna-dashboard shows it; tag `optuna_trial_number`).
+n its number in the family's Optuna study (as optuna-dashboard shows it; tag `optuna_trial_number`);
+a trial of repeat r > 0 of the search (`search.repeats`) is `trial-<n>/repeat-<r>/search/<family>`
+(tag `search_repeat`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pipeline.data.contract import Dataset
 from pipeline.errors import TrialFailedError
 from pipeline.spaces import split_config
 from pipeline.sweep.context import STATE_FILE, TrialContext, local_dataset
-from pipeline.sweep.families import TRIAL_NUMBER_KEY, family_of, trial_number_of, without_family
+from pipeline.sweep.families import REPEAT_KEY, TRIAL_NUMBER_KEY, family_of, repeat_of, trial_number_of, without_family
 from pipeline.sweep.run_lookup import find_child_run
 from pipeline.training.loop import TimeLimitReached, Trainer, TrainSettings, device_for
 
@@ -41,7 +43,8 @@ def trial_run_name(ctx: TrialContext, trial_id: str) -> str:
     """`trial-<Optuna trial number>/search/<family>`: MLflow's runs table cuts long names, so the
     part that differs between a search's trials comes first. A trial of an experiment started
     before the number was kept falls back to its Ray trial id."""
-    return f"trial-{trial_id if ctx.trial_number is None else ctx.trial_number}/search/{ctx.family}"
+    repeat = f"repeat-{ctx.repeat}/" if ctx.repeat else ""
+    return f"trial-{trial_id if ctx.trial_number is None else ctx.trial_number}/{repeat}search/{ctx.family}"
 
 
 def trial_run(client: tracking.MlflowClient, ctx: TrialContext, trial_id: str, config: dict[str, Any]) -> str:
@@ -56,7 +59,7 @@ def trial_run(client: tracking.MlflowClient, ctx: TrialContext, trial_id: str, c
         run_id = tracking.start_run(
             client, ctx.experiment_id, trial_run_name(ctx, trial_id),
             {"dataset": ctx.dataset, "family": ctx.family, "stage": "search", "seed": ctx.seed,
-             "ray_trial_id": trial_id, **number, **place}, parent_run_id=ctx.parent_run_id)
+             "ray_trial_id": trial_id, REPEAT_KEY: ctx.repeat, **number, **place}, parent_run_id=ctx.parent_run_id)
         tracking.log_params(client, run_id, config)
         return run_id
     if found.data.tags.get(FINAL_FAILURE_TAG) == "true":
@@ -143,7 +146,8 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
 def run_family_trial(config: dict[str, Any], contexts: dict[str, TrialContext], data: Dataset,
                      trial_fn: Callable[[dict[str, Any], TrialContext, Dataset], None] = run_trial) -> None:
     """The trainable of a multi-family search (pipeline.sweep.families): the trial's family picks
-    its context, to which the trial's Optuna number is added; the trial itself sees only its own
-    family's configuration."""
-    ctx = dataclasses.replace(contexts[family_of(config)], trial_number=trial_number_of(config))
+    its context, to which the trial's Optuna number and repeat are added (repeat r trains with the
+    family's trial seed + r); the trial itself sees only its own family's configuration."""
+    base, repeat = contexts[family_of(config)], repeat_of(config)
+    ctx = dataclasses.replace(base, trial_number=trial_number_of(config), repeat=repeat, seed=base.seed + repeat)
     trial_fn(without_family(config), ctx, data)

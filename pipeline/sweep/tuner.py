@@ -36,18 +36,26 @@ def trainable(contexts: dict[str, TrialContext], data: Any, plans: list[FamilyPl
                                lambda config: own[family_of(config)])
 
 
+def unit_seeds(p: SearchParams, repeat: int) -> tuple[int, int]:
+    """(sampler seed, trial seed) of a search repeat: repeat 0 is the search as `search` sets it."""
+    return p.sampler_seed + repeat, p.trial_seed + repeat
+
+
 def new_tuner(plans: list[FamilyPlan], contexts: dict[str, TrialContext], data: Any, p: SearchParams, mode: str,
                storage: str, name: str, trial_fn: TrialFn) -> tune.Tuner:
     searchers, schedulers = {}, {}
     for plan in plans:
         ctx = contexts[plan.family]
-        searchers[plan.family] = make_searcher(plan.space.define_by_run(), plan.space.reference_for(ctx.dataset),
-                                               METRIC, mode, p.sampler_seed, p.n_startup_trials, p.epochs)
-        schedulers[plan.family] = ResumableASHA(
-            HistorySource(ctx.tracking_uri, ctx.experiment_id, ctx.parent_run_id, METRIC),  # metric, mode: from Tune
-            max_t=p.epochs, grace_period=min(p.asha.grace_period, p.epochs), reduction_factor=p.asha.reduction_factor)
-    searcher = FamilySearcher(searchers, {plan.family: p.num_samples for plan in plans}, p.max_concurrent, METRIC,
-                              mode)
+        for repeat in range(p.repeats):
+            unit = (plan.family, repeat)
+            searchers[unit] = make_searcher(plan.space.define_by_run(), plan.space.reference_for(ctx.dataset),
+                                            METRIC, mode, unit_seeds(p, repeat)[0], p.n_startup_trials, p.epochs)
+            schedulers[unit] = ResumableASHA(  # metric, mode: from Tune
+                HistorySource(ctx.tracking_uri, ctx.experiment_id, ctx.parent_run_id, METRIC, repeat),
+                round_size=p.round_size, max_t=p.epochs, grace_period=min(p.asha.grace_period, p.epochs),
+                reduction_factor=p.asha.reduction_factor)
+    searcher = FamilySearcher(searchers, {unit: p.num_samples for unit in searchers}, p.max_concurrent, METRIC, mode,
+                              round_size=p.round_size)
     return tune.Tuner(
         trainable(contexts, data, plans, trial_fn),
         # reuse_actors: a trial process (torch, the models and the dataset already loaded) runs the

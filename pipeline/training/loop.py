@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -15,6 +16,7 @@ from pipeline.data.contract import Dataset, Meta
 from pipeline.data.inputs import load_inputs
 from pipeline.errors import ConfigError, TrialFailedError
 from pipeline.training.metrics import score
+from pipeline.training.selection import beats, is_better
 from pipeline.models import SequenceModel, get_model_class
 from pipeline.models.blocks.embedding import EMBED_DIM, TokenEmbedded, check_token_family
 from pipeline.config.protocol import TrainSettings, class_weights, make_optimizer, make_scheduler, per_batch
@@ -80,6 +82,8 @@ class Trainer:
                  dataset: Dataset, seed: int, device: str = "cpu", epochs: int | None = None) -> None:
         """`epochs`: the run's budget, which a step schedule given as `lr_step_fraction` needs."""
         keep_freed_memory()  # before the first tensor: pipeline/runtime/allocator.py
+        if device.startswith("cuda"):
+            deterministic_cuda()
         torch.manual_seed(seed)
         self.meta, self.settings = dataset.meta, settings
         cls = get_model_class(family)
@@ -276,14 +280,29 @@ class Trainer:
         self.best_val, self.stale_epochs = state.get("best_val"), state.get("stale_epochs", 0)
 
 
+DETERMINISTIC_ENV = "CTSWEEP_CUDA_DETERMINISTIC"  # "0": let torch pick its fastest CUDA kernels
+
+
+def deterministic_cuda() -> None:
+    """On a GPU, ask torch for its deterministic algorithms (issue 28), before the first CUDA tensor.
+
+    On CPU every operation the zoo uses is deterministic for a fixed thread count. On CUDA, torch
+    documents as nondeterministic (torch.use_deterministic_algorithms): cuBLAS matrix products
+    unless CUBLAS_WORKSPACE_CONFIG fixes its workspace (set here to ":4096:8", as the docs say),
+    and atomic-add kernels: index_add_ / scatter_add_ / index_put_(accumulate) on CUDA and the
+    backward of nn.Embedding (the token families) and of gather. `warn_only`: an operation
+    without a deterministic kernel warns instead of failing the trial. The cost was not measured
+    here (no GPU lent to issue 28); `CTSWEEP_CUDA_DETERMINISTIC=0` turns it off.
+    """
+    if os.environ.get(DETERMINISTIC_ENV, "1") == "0":
+        return
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
 def device_for(gpus: float) -> str:
     """CUDA when the run was given a GPU share (Ray sets CUDA_VISIBLE_DEVICES to it), else CPU."""
     return "cuda" if gpus > 0 and torch.cuda.is_available() else "cpu"
-
-
-def is_better(a: float, b: float | None, mode: str) -> bool:
-    """Whether metric value `a` beats `b` (None: anything beats it) in direction `mode`."""
-    return b is None or (a > b if mode == "max" else a < b)
 
 
 def with_patience(train_cfg: dict[str, Any], patience: int | None) -> dict[str, Any]:
@@ -303,15 +322,6 @@ class BudgetedRun(NamedTuple):
     best_state: dict[str, Any] | None
     best_epoch: int
     stop: str
-
-
-def beats(metric: float, loss: float | None, best: tuple[float, float | None] | None, mode: str) -> bool:
-    """Whether an epoch's validation (metric, loss) beats the best so far (None: anything does):
-    a better metric, or the same metric with a lower loss (no loss: never on a tie)."""
-    if best is None or is_better(metric, best[0], mode):
-        return True
-    tied = metric == best[0] and loss is not None and math.isfinite(loss)
-    return tied and (best[1] is None or not math.isfinite(best[1]) or loss < best[1])
 
 
 def train_to_budget(trainer: Trainer, epochs: int, time_limit_s: float | None, mode: str,
