@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,9 @@ class Workload:
     # 4: 12 families x 4 = 48 live trials at most, enough for 32 slots, while each 16-trial TPE
     # study still waits for results after its 3 random proposals (16 at once would be random search).
     max_concurrent: int = 4
+    # A family's study proposes a round of 4 and learns from it when all 4 have ended (issue 28):
+    # the same 4 live trials per family as before rounds, decided whatever the arrival order.
+    round_size: int = 4
     n_startup_trials: int = 3
     # Shorter than most real epochs so that both modes fit in 14 to 19 minutes here (2 cores,
     # mostly the before mode). Longer epochs stretch both; with today's driver they also raise the
@@ -85,6 +88,7 @@ class Workload:
 
     def params(self) -> SearchParams:
         return SearchParams(num_samples=self.num_samples, max_concurrent=self.max_concurrent, epochs=self.epochs,
+                            round_size=self.round_size,
                             n_startup_trials=self.n_startup_trials, trial_time_limit_s=3600.0,
                             asha=AshaParams(grace_period=self.grace_period, reduction_factor=self.reduction_factor),
                             resources=Resources(cpu=1), max_failures=0)
@@ -99,6 +103,7 @@ class Workload:
 
 # A smoke run for the test (not a measurement): 3 families x 4 trials on 4 slots, epochs of about 0.5 s.
 QUICK = Workload(families=FAMILIES[:3], slots=4, num_samples=4, epochs=3, grace_period=1, max_concurrent=2,
+                 round_size=2,
                  n_startup_trials=1, epoch_s=0.5, epoch_min_s=0.3, epoch_max_s=1.0)
 
 # The modes: (driver, environment of the driver while it runs). The driver now sets Tune's
@@ -396,7 +401,8 @@ def render(report: dict[str, Any]) -> str:
         f"A local Ray head declaring {w['slots']} logical CPUs (trials ask cpu 1: {w['slots']} slots). "
         f"{len(w['families'])} families x {w['num_samples']} trials, epochs {w['epochs']} (ASHA grace "
         f"{w['grace_period']}, reduction {w['reduction_factor']:g}), max_concurrent {w['max_concurrent']} per "
-        f"family, n_startup_trials {w['n_startup_trials']}. Trials sleep instead of training: per-epoch "
+        f"family, round_size {w.get('round_size', 'none: before rounds')}, n_startup_trials "
+        f"{w['n_startup_trials']}. Trials sleep instead of training: per-epoch "
         f"median per family {w['medians']} s (lognormal around {w['epoch_s']} s, log-sd {w['family_sigma']}, "
         f"clipped to [{w['epoch_min_s']}, {w['epoch_max_s']}]), times a per-trial lognormal factor (log-sd "
         f"{w['trial_sigma']}) and a per-epoch one (log-sd {w['epoch_sigma']}).", "",
@@ -452,11 +458,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--modes", default="before,after",
                     help=f"comma-separated, run in this order; of {', '.join(MODES)}")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (projects, MLflow, busy files)")
+    ap.add_argument("--round-size", type=int, default=None, help="trials per round of a family's study "
+                    "(default: the workload's, 4; 2 on --quick)")
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.replace(" ", "").split(",") if m]
     if not modes or any(m not in MODES for m in modes):
         ap.error(f"--modes {args.modes!r}: expected names of {', '.join(MODES)}")
     workload = QUICK if args.quick else Workload()
+    if args.round_size is not None:
+        workload = replace(workload, round_size=args.round_size)
     start, load_start = time.perf_counter(), load_average()
     work = Path(tempfile.mkdtemp(prefix="ctsweep-bench-fill-")).resolve()
     try:

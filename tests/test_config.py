@@ -142,11 +142,28 @@ def _refused(path, *fragments: str) -> str:
     ("search", "sampler_seed", -1, "greater than or equal to 0"),
     ("search", "autoscaling", "false", "valid boolean"),      # a string is not a bool
     ("search", "optuna_storage", "", "at least 1 character"),
+    ("search", "round_size", 0, "greater than or equal to 1"),
+    ("search", "round_size", -2, "greater than or equal to 1"),
+    ("search", "round_size", 7, "more than search.num_samples (6)"),  # a round larger than the search
+    ("search", "repeats", 0, "greater than or equal to 1"),
+    ("search", "repeats", -1, "greater than or equal to 1"),
+    ("search", "repeats", 21, "less than or equal to 20"),
 ])
 def test_wrong_types_non_finite_numbers_and_huge_counts_are_refused(tmp_path, section, key, value, fragment) -> None:
     raw = default_params()
     raw[section][key] = value
     _refused(write_params(tmp_path, raw), f"{section}.{key}", fragment)
+
+
+def test_round_size_left_out_is_two_or_the_whole_search(tmp_path) -> None:
+    raw = default_params()
+    del raw["search"]["round_size"]
+    assert load_params(write_params(tmp_path, raw)).search.round_size == 2
+    raw["search"]["num_samples"] = 1
+    assert load_params(write_params(tmp_path, raw)).search.round_size == 1
+    message = _refused(write_params(tmp_path, {**raw, "search": {**raw["search"], "round_size": 2}}),
+                       "search.round_size is 2", "allowed: 1 to 1")
+    assert "ray" not in message.lower()
 
 
 @pytest.mark.parametrize("value", ["yes", True, "1"])

@@ -4,6 +4,7 @@ seeds of all of a dataset's families spread over Ray at once.
     stage.py    the stage's driver: plans, budgets, the learning-rate robustness reruns, records
     seeds.py    one seed as a Ray task, and all the seeds spread over the cluster
     resume.py   an interrupted stage found again: its MLflow parent run, its finished seeds
+    repeats.py  the search's own variance: each search repeat's best, the spread of their means
 
 Imports: errors, names, runtime, stores, config, data, spaces, training, serving, sweep.
 Import-free: import the module you need (`from pipeline.final.stage import final_many`).

@@ -30,6 +30,7 @@ from pipeline.stores import tracking
 from pipeline.config import FinalParams
 from pipeline.data.contract import Dataset, load_dataset
 from pipeline.errors import ConfigError
+from pipeline.final.repeats import between_repeats, searched_repeats, summary as _summary
 from pipeline.final.seeds import SeedJob, spread, train_seed
 from pipeline.runtime.interrupts import Interrupted, deferred
 from pipeline.stores.files import check_writable, write_json
@@ -45,11 +46,6 @@ from pipeline.sweep.cluster import check_fits, check_shared_storage, ray_session
 from pipeline.training.selection import best_index
 
 __all__ = ["SeedJob", "final", "final_many", "scaled_lr", "stopping", "train_seed"]
-
-
-def _summary(values: list[float]) -> tuple[float, float]:
-    # Sample standard deviation (ddof = 1) over seeds; 0 for a single seed.
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def _check_protocol(config: dict[str, Any], meta: Any, epochs: int, dataset: str, family: str) -> None:
@@ -241,14 +237,6 @@ def _finish(inputs: _Inputs, plan: _Plan, trained: dict[tuple[int, str, int], di
     return record
 
 
-def searched_repeats(searched: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
-    """[(repeat, best configuration)] of every repeat of the search that found one (`search.repeats`;
-    a record without `repeats` is one search, repeat 0)."""
-    if "repeats" not in searched:
-        return [(int(searched.get("repeat", 0)), searched["best_config"])]
-    return [(int(r["repeat"]), r["best_config"]) for r in searched["repeats"] if r["status"] == "ok"]
-
-
 def _skip_failed(root: Path, dataset: str, family: str, searched: dict[str, Any]) -> dict[str, Any]:
     """The record of a family whose every search trial failed: no seeds, its reasons, exit 0."""
     record = {"status": "failed", "dataset": dataset, "family": family, "metric": searched["metric"],
@@ -347,21 +335,6 @@ def _record(dataset: str, family: str, searched: dict[str, Any], runs: list[dict
         "seconds_per_epoch": statistics.median(r["seconds_per_epoch"] for r in runs),
         "n_trials": searched["n_trials"], "n_failed": searched["n_failed"],
         "seeds": [{**{k: r.get(k) for k in keep}, **stopping(r, searched["mode"])} for r in runs],
-        **_between_repeats(searched, runs),
+        **between_repeats(searched, runs),
     }
 
-
-def _between_repeats(searched: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The spread the search itself adds (Bouthillier et al. 2021): per repeat of the search, the
-    mean over its seeds, and the standard deviation of those means (ddof 1; 0 for one repeat)."""
-    configs = dict(searched_repeats(searched))
-    per = []
-    for repeat in sorted({r.get("repeat", 0) for r in runs}):
-        mine = [r for r in runs if r.get("repeat", 0) == repeat]
-        val_mean, val_std = _summary([r["val"] for r in mine])
-        test_mean, test_std = _summary([r["test"] for r in mine])
-        per.append({"repeat": repeat, "config": configs.get(repeat), "n_seeds": len(mine), "val_mean": val_mean,
-                    "val_std": val_std, "test_mean": test_mean, "test_std": test_std})
-    return {"n_repeats": len(per), "repeats": per,
-            "repeat_val_std": _summary([r["val_mean"] for r in per])[1],
-            "repeat_test_std": _summary([r["test_mean"] for r in per])[1]}

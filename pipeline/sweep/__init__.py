@@ -8,8 +8,9 @@
     parents       each family's MLflow parent run: opened, found again and resumed, closed
     tuner         the Ray Tune run: one trainable for every family, the family searcher and
                   scheduler, and what Ray kept of them after a restore
-    families      a searcher holding one Optuna study per family and a scheduler holding one
-                  ASHA per family, so the families share the trial slots and nothing else
+    families      a searcher holding one Optuna study per family and search repeat, told in
+                  rounds (never in arrival order), and a scheduler holding one ASHA per family
+                  and repeat, so the searches share the trial slots and nothing else
     records       what a search's trials came to: per-trial records, their MLflow runs closed
                   with Tune's outcome, the family's record (best configuration or reasons) and
                   its Optuna study persisted
@@ -17,7 +18,8 @@
     context       what a trial process needs (TrialContext, the dataset as its node sees it),
                   shared by trial and distributed so that neither imports the other's module
     scheduling    Optuna's TPE searcher (ASHA-stopped trials told as PRUNED, failed ones as
-                  FAIL) and the ASHA scheduler, its rungs refilled from MLflow after a restore
+                  FAIL) and the ASHA scheduler, judging a trial against earlier rounds only,
+                  its rungs refilled from MLflow after a restore
     distributed   data-parallel trials: a Tune trial that drives a Ray Train run of several workers
     cluster       connecting to Ray (RAY_ADDRESS or a local instance), resource and shared
                   storage checks before any trial starts (the final stage uses it too)
