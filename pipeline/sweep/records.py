@@ -77,7 +77,7 @@ def trial_records(results: list[Any], mode: str, seed: int, client: tracking.Mlf
         error = _trial_error(result, list(values.values()), run_id, client)
         records.append({
             "trial_id": trial_id, "number": trial_number_of(result.config), "repeat": repeat_of(result.config),
-            "config": without_family(result.config), "seed": seed,
+            "config": without_family(result.config), "seed": seed + repeat_of(result.config),  # repeat r: seed + r
             "best_val": None if kept is None else values[kept], "best_val_loss": losses.get(kept),
             "best_epoch": kept, "epochs": len(values), "status": "error" if error else "ok", "error": error,
             "mlflow_run_id": run_id,
@@ -214,8 +214,6 @@ def family_record(root: Path, dataset: str, p: SearchParams, meta: Any, plan: Fa
     """
     parent = plan.parent
     records = trial_records(results, meta.mode, p.trial_seed, client, exp_id, parent)
-    for r in records:
-        r["seed"] = p.trial_seed + r["repeat"]
     close_runs(client, records, p.epochs)
     close_orphans(client, exp_id, parent, records)
     repeats = [_repeat_record(root, dataset, p, meta, plan, searcher, scheduler, repeat,
