@@ -6,7 +6,8 @@
 For every (dataset, family) of the project's params.yaml with a final record
 (results/<dataset>/final/<family>.json) of status "ok", each nominal seed of that record trains
 its best configuration again from scratch with `--factor` times the budget: maximum epochs,
-patience and wall-clock cap all multiplied. The loop is the final stage's (best validation epoch's
+patience, the floor of optimiser steps (`final.min_steps`, so an epoch keeps its passes and the
+run --factor times its steps) and wall-clock cap all multiplied. The loop is the final stage's (best validation epoch's
 weights kept, then scored on val and test), without Ray or MLflow. Writes convergence.json and
 convergence.md to --out and prints the Markdown.
 """
@@ -45,6 +46,7 @@ class SeedJob:
     patience: int | None
     time_limit_s: float | None
     device: str = "cpu"
+    min_steps: int = 1  # the record's `final.min_steps` times --factor: the same passes per epoch, --factor x the steps
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -79,8 +81,9 @@ def plan(record: dict[str, Any], data_dir: Path, args: argparse.Namespace) -> li
     if args.quick:
         seeds, epochs = seeds[:1], min(epochs, QUICK_EPOCHS)
         patience = None if patience is None else min(patience, epochs)
+    min_steps = max(1, round(record.get("min_steps", 1) * args.factor))
     return [SeedJob(record["dataset"], record["family"], str(data_dir), record["config"], s, epochs, patience,
-                    _scaled(record.get("time_limit_s"), args.factor), args.device) for s in seeds]
+                    _scaled(record.get("time_limit_s"), args.factor), args.device, min_steps) for s in seeds]
 
 
 def _init_worker() -> None:
@@ -101,7 +104,7 @@ def train_seed(job: SeedJob) -> dict[str, Any]:
         data = load_dataset(Path(job.data_dir))
         train_cfg, model_cfg = split_config(job.config)
         trainer = Trainer(job.family, model_cfg, TrainSettings(**with_patience(train_cfg, job.patience)), data,
-                          job.seed, job.device, job.epochs)
+                          job.seed, job.device, job.epochs, job.min_steps)
         # the final stage's own stopping rules (pipeline.training.loop.train_to_budget), without its MLflow logging
         run = train_to_budget(trainer, job.epochs, job.time_limit_s, data.meta.mode)
         trainer.model.load_state_dict(run.best_state)
@@ -109,7 +112,8 @@ def train_seed(job: SeedJob) -> dict[str, Any]:
     except TrialFailedError as exc:  # a NaN loss or a solver failure: recorded, the other seeds go on
         return {"seed": job.seed, "status": "failed", "error": str(exc), "seconds": time.monotonic() - start}
     return {"seed": job.seed, "status": "ok", "val": val, "test": test, "curve": run.curve, "stop": run.stop,
-            "best_epoch": run.best_epoch, "epochs_trained": len(run.curve), "seconds": time.monotonic() - start}
+            "best_epoch": run.best_epoch, "epochs_trained": len(run.curve), "steps": run.steps,
+            "seconds": time.monotonic() - start}
 
 
 def cells(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -174,6 +178,8 @@ def summarise(record: dict[str, Any], jobs: list[SeedJob], runs: list[dict[str, 
         "default_max_epochs": record.get("max_epochs", record["epochs"]),
         "default_epochs_median": statistics.median(_default_epochs(s, record) for s in record["seeds"]),
         "default_stops": dict(Counter(s.get("stop", "max_epochs") for s in record["seeds"])),
+        "default_steps_median": _median([s.get("steps") for s in record["seeds"]]),
+        "long_steps_median": _median([r.get("steps") for r in ok]),
         "long_max_epochs": jobs[0].epochs, "long_patience": jobs[0].patience,
         "long_time_limit_s": jobs[0].time_limit_s,
         "long_test_mean": mean, "long_test_std": std, "long_n_seeds": len(ok),
@@ -182,6 +188,16 @@ def summarise(record: dict[str, Any], jobs: list[SeedJob], runs: list[dict[str, 
         "within_tolerance": None if diff is None else abs(diff) <= TOLERANCE, "factor": factor,
         "seeds": runs, "failed_seeds": [{"seed": r["seed"], "error": r["error"]} for r in runs if r["status"] != "ok"],
     }
+
+
+def _median(values: list[int | None]) -> float | None:
+    """The median of the known values; None when a record predates counting steps."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def _steps(median: float | None) -> str:
+    return "" if median is None else f", {median:g} steps"
 
 
 def _value(v: float | None, scale: float) -> str:
@@ -196,8 +212,8 @@ def _header(report: dict[str, Any]) -> list[str]:
     m, f = report["machine"], report["factor"]
     quick = " · **--quick smoke run: figures mean nothing**" if report["quick"] else ""
     return ["# Convergence benchmark", "",
-            f"Each searched best configuration retrained with {f:g}x the final budget (epochs, patience, time "
-            f"limit); difference = {f:g}x test mean − default test mean, in points (x100 for accuracy and AUROC, "
+            f"Each searched best configuration retrained with {f:g}x the final budget (epochs, patience, step "
+            f"floor, time limit); epochs and steps are medians over seeds; difference = {f:g}x test mean − default test mean, in points (x100 for accuracy and AUROC, "
             f"raw for MSE); converged when |difference| ≤ {TOLERANCE:g}. {m['date']} · {m['cpu']}, {m['cores']} "
             f"cores, {report['workers']} workers x 1 torch thread · device {m['device']} · commit "
             f"{m.get('git_commit')} · wall time {report['wall_seconds']:.0f} s{quick}", "",
@@ -212,8 +228,10 @@ def _row(c: dict[str, Any]) -> str:
     verdict = {True: "yes", False: "**no**", None: "–"}[c["within_tolerance"]]
     return (f"| {c['dataset']} | {c['family']} | {c['metric']} | {_value(c['default_test_mean'], s)} ± "
             f"{_value(c['default_test_std'], s)} | {c['default_epochs_median']:g} of {c['default_max_epochs']} "
-            f"({_stops(c['default_stops'])}) | {_value(c['long_test_mean'], s)} ± {_value(c['long_test_std'], s)} | "
-            f"{long_epochs} of {c['long_max_epochs']} ({_stops(c['long_stops'])}) | {diff} | {verdict} |")
+            f"({_stops(c['default_stops'])}{_steps(c.get('default_steps_median'))}) | "
+            f"{_value(c['long_test_mean'], s)} ± {_value(c['long_test_std'], s)} | "
+            f"{long_epochs} of {c['long_max_epochs']} ({_stops(c['long_stops'])}{_steps(c.get('long_steps_median'))}) "
+            f"| {diff} | {verdict} |")
 
 
 def render(report: dict[str, Any]) -> str:

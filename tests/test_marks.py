@@ -15,8 +15,8 @@ from pipeline.cli import app
 from pipeline.config import PromoteParams
 from pipeline.stores.paths import final_result_path, search_result_path
 from pipeline.registry.promote import promote, promote_dataset
-from pipeline.reporting.marks import (EDGE, FAILED, MOSTLY_FAILED, NOT_CONVERGED, Mark, cell_marks, edge,
-                                      mostly_failed, not_converged, still_improving)
+from pipeline.reporting.marks import (EDGE, FAILED, MIN_STEPS, MOSTLY_FAILED, NOT_CONVERGED, Mark, cell_marks, edge,
+                                      loss_falling, mostly_failed, not_converged, still_improving)
 from pipeline.reporting.report import report
 from tests.conftest import default_params, write_params
 from tests.test_promote import DATASET, _champion
@@ -44,7 +44,8 @@ def _record(curve: list[float], stop: str | None = "max_epochs", mode: str = "ma
 
 def test_a_rising_curve_stopped_by_the_budget_is_not_converged() -> None:
     mark = not_converged(_record(RISING, "max_epochs"))
-    assert mark == Mark(NOT_CONVERGED, "5 of 5 seeds still improving when stopped by max_epochs")
+    assert mark == Mark(NOT_CONVERGED, "5 of 5 seeds not converged (5 still improving at the budget; stopped by "
+                                       "max_epochs)")
     assert not_converged(_record(RISING, "time_limit")) is not None
     assert not_converged(_record(RISING, stop=None)) is not None  # older records: trained every epoch
     falling = [1.0 - v for v in RISING]  # a loss still going down
@@ -66,6 +67,37 @@ def test_not_converged_needs_more_than_half_of_the_seeds() -> None:
     assert not_converged(record) is None  # 2 of 5
     record["seeds"][2]["stop"] = "max_epochs"
     assert not_converged(record).detail.startswith("3 of 5 seeds")
+
+
+LEVELLED = [1.4, 0.9, 0.6, 0.45, 0.38, 0.35, 0.34, 0.335]  # last quarter: 0.005 of a 1.065 fall
+CUT_SHORT = [1.4, 1.3, 1.2, 1.1, 1.0, 0.9, 0.8, 0.7]  # last quarter: 0.2 of a 0.7 fall
+
+
+def test_a_seed_stopped_while_a_loss_still_falls_is_not_converged_however_it_stopped() -> None:
+    assert loss_falling(CUT_SHORT) and not loss_falling(LEVELLED)
+    assert not loss_falling([1.0]) and not loss_falling([1.0, 1.2, 1.3, 1.1])  # never below the first epoch
+    for which in ("train_loss_curve", "val_loss_curve"):
+        record = _record(FLAT, "patience")
+        for s in record["seeds"]:
+            s[which] = CUT_SHORT
+        assert "5 stopped with a loss still falling" in not_converged(record).detail
+        for s in record["seeds"]:
+            s[which] = LEVELLED
+        assert not_converged(record) is None
+
+
+def test_a_seed_of_too_few_steps_is_not_converged_and_steps_unknown_are_not_held_against_it() -> None:
+    record = _record(FLAT, "patience")
+    for s in record["seeds"]:
+        s["steps"] = MIN_STEPS - 1
+    assert not_converged(record).detail == (f"5 of 5 seeds not converged (5 trained fewer than {MIN_STEPS} steps; "
+                                            "stopped by patience)")
+    for s in record["seeds"]:
+        s["steps"] = MIN_STEPS
+    assert not_converged(record) is None
+    for s in record["seeds"]:
+        s["steps"] = None  # a record from before steps were counted
+    assert not_converged(record) is None
 
 
 def test_edge_of_a_log_and_a_linear_range() -> None:
@@ -159,7 +191,7 @@ def test_a_failed_cell_is_reported_as_failed_and_left_out_of_the_rest(failing: P
     md = (failing / "reports" / "results.md").read_text()
     assert f"| **{A}** (best) †‡ | 91.00 ± 1.00 |" in md and f"| {C} | 81.00 ± 1.00 |" in md
     assert f"| {B} | failed | failed | 99.00 [1] | — | 0 | — | — | 4 (4) |" in md
-    assert "† Not converged: more than half of the final seeds ended at their epoch or time budget" in md
+    assert "† Not converged: more than half of the final seeds trained fewer than 100 optimiser steps" in md
     assert "‡ At the edge: the best configuration lies in the outer 5% of a searched range" in md
     assert f"{A}: lr at the upper bound (0.0098 of [0.0001, 0.01])." in md
     assert f"Failed: every search trial failed, so the family has no scores. {B}: non-finite loss (4 trials)." in md
@@ -186,7 +218,8 @@ def test_status_exits_1_on_a_failed_cell_and_0_on_marks_alone(failing: Path) -> 
     result = RUNNER.invoke(app, ["status", "--root", str(failing)])
     assert result.exit_code == 1
     lines = result.output.splitlines()
-    assert lines[:3] == [f"d/{A}: not_converged: 3 of 3 seeds still improving when stopped by max_epochs; "
+    assert lines[:3] == [f"d/{A}: not_converged: 3 of 3 seeds not converged (3 still improving at the budget; "
+                         "stopped by max_epochs); "
                          "edge: lr at the upper bound (0.0098 of [0.0001, 0.01])",
                          f"d/{B}: failed: non-finite loss (4 trials)", f"e/{A}: failed: non-finite loss (4 trials)"]
     assert len(lines) == 6
@@ -281,3 +314,18 @@ def test_a_failed_family_is_never_the_candidate(root: Path) -> None:
         f"ctsweep promote: {DATASET}: not promoted: nothing promoted: every family failed")
     by_hand = RUNNER.invoke(app, ["promote", "--root", str(root), "--dataset", DATASET, "--family", A])
     assert by_hand.exit_code == 2 and "every search trial failed" in by_hand.output
+
+
+def test_promote_refuses_a_mostly_failed_candidate_unless_forced(root: Path) -> None:
+    _promotable(root, A, 0.9)
+    _promotable(root, B, 0.5)
+    path = final_result_path(root, DATASET, A)
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "n_trials": 6, "n_failed": 4}))  # ltc on a small dataset, issue 29
+    refused = promote(root, [DATASET], [A, B], PromoteParams())[0]
+    assert refused["candidate_family"] == A and refused["refused"] == MOSTLY_FAILED
+    assert f"{A} is mostly failed (4 of 6 trials failed)" in refused["reason"] and "--force" in refused["reason"]
+    assert not refused["alias_moved"] and refused["candidate_version"] is None
+    forced = promote_dataset(root, DATASET, [A, B], PromoteParams(), force=True)
+    assert forced["alias_moved"] and forced["by_force"] and "mostly failed (4 of 6" in forced["reason"]
+    assert _champion(root).tags["family"] == A

@@ -22,6 +22,7 @@ from pipeline.config.base import Name, Seed, _few, _Strict
 from pipeline.config.datasets import _KINDS, DatasetParams
 from pipeline.config.yaml_load import MAX_BYTES as MAX_YAML_BYTES, load_yaml
 from pipeline.errors import ConfigError
+from pipeline.training.budget import MAX_STEPS
 
 
 MAX_CPU, MAX_GPU, MAX_WORKERS = 1024, 64, 1024  # per trial or seed: beyond any one Ray cluster here
@@ -79,6 +80,16 @@ def _distinct(items: list[Any], what: str) -> list[Any]:
 
 
 MAX_EPOCHS = 100_000
+
+
+def _counted(low: int, high: int, what: str) -> Any:
+    """A validator of a count in [low, high] whose one-line error gives the whole range (issue 29:
+    a budget, patience or step floor of 0 names the key and what is allowed, not one bound)."""
+    def check(value: int | None) -> int | None:
+        if value is not None and not low <= value <= high:
+            raise ValueError(f"{value} is not allowed; allowed: an integer from {low} to {high} ({what})")
+        return value
+    return check
 MAX_TRIALS = 100_000
 MAX_REPEATS = 20
 DEFAULT_ROUND = 2  # the default profile's: pipeline/sweep/families.py says what a round is
@@ -93,7 +104,11 @@ class SearchParams(_Strict):
     num_samples: int = Field(4, ge=1, le=MAX_TRIALS, description=f"trials per (dataset, family), reference "
                                                                  f"included (at most {MAX_TRIALS})")
     max_concurrent: int = Field(2, ge=1, le=1024, description="at most 1024")
-    epochs: int = Field(6, ge=1, le=MAX_EPOCHS, description=f"maximum epochs per trial (ASHA's max_t; at most {MAX_EPOCHS})")
+    epochs: int = Field(6, description=f"maximum epochs per trial (ASHA's max_t; 1 to {MAX_EPOCHS})")
+    min_steps: int = Field(
+        1, description=f"optimiser steps a trial takes at least over its `epochs` (1 to {MAX_STEPS}; "
+        "1: one pass per epoch): on a small training split or with large batches an epoch is lengthened to whole "
+        "passes until `epochs` epochs make this many steps (pipeline/training/budget.py)")
     sampler_seed: Seed = 0
     n_startup_trials: int = Field(2, ge=0, le=MAX_TRIALS, description="random trials before TPE takes over")
     trial_seed: Seed = Field(1000, description="training seed of every search trial")
@@ -126,6 +141,8 @@ class SearchParams(_Strict):
                                    "filesystem for a multi-node cluster) or a URI such as s3://bucket/ctsweep")
 
     _family_names = field_validator("family_resources", "family_time_limit_s")(_known_families)
+    _epochs = field_validator("epochs")(_counted(1, MAX_EPOCHS, "the most epochs a trial trains"))
+    _min_steps = field_validator("min_steps")(_counted(1, MAX_STEPS, "1: one pass over the training split per epoch"))
 
     @model_validator(mode="after")
     def _rungs(self) -> "SearchParams":
@@ -161,12 +178,16 @@ class SearchParams(_Strict):
 class FinalParams(_Strict):
     seeds: list[Seed] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1, max_length=100,
                               description="at most 100 distinct seeds")
-    epochs: int = Field(10, ge=1, le=MAX_EPOCHS, description="maximum epochs per seed (early stopping may end it "
+    epochs: int = Field(10, description="maximum epochs per seed (early stopping may end it "
                                                              "sooner); the best validation epoch's weights are kept")
     patience: int | None = Field(
-        None, ge=1, le=MAX_EPOCHS, description="a seed stops after this many epochs without a better validation score "
+        None, description="a seed stops after this many epochs without a better validation score "
                                              "(at most `epochs`; null, the default: every epoch runs); a family whose "
                                              "searched configuration sets its own `patience` (its paper's protocol) keeps it")
+    min_steps: int = Field(
+        1, description=f"optimiser steps a seed takes at least over its `epochs` (1 to {MAX_STEPS}; "
+        "1: one pass per epoch): on a small training split or with large batches an epoch is lengthened to whole "
+        "passes until `epochs` epochs make this many steps, and `patience` counts those longer epochs")
     time_limit_s: float | None = Field(
         None, gt=0, le=7 * 86400, description="wall-clock cap per seed in seconds (at most a week), checked after "
                                               "each epoch; it must allow at least one epoch as the search measured it")
@@ -180,6 +201,9 @@ class FinalParams(_Strict):
                                           "(a paper's table that trains each model for its own number of epochs)")
 
     _family_names = field_validator("family_resources", "family_epochs")(_known_families)
+    _epochs = field_validator("epochs")(_counted(1, MAX_EPOCHS, "the most epochs a seed trains"))
+    _patience = field_validator("patience")(_counted(1, MAX_EPOCHS, "epochs without progress; null: no early stopping"))
+    _min_steps = field_validator("min_steps")(_counted(1, MAX_STEPS, "1: one pass over the training split per epoch"))
 
     @model_validator(mode="after")
     def _distinct(self) -> "FinalParams":

@@ -29,8 +29,9 @@ on it.
     pos_weight     binary tasks: the weight of positive examples against 1 for negatives (CfC
                    Table S2's class_weight); losses are weighted means (pipeline/training/loop.py loss_fn)
     embed_dropout  dropout on token embeddings (token datasets only; CfC Table S3 `embed_dr`)
-    patience       early stopping: stop after this many epochs without a better validation
-                   score; 0 (default): never
+    patience       early stopping: stop after this many epochs without progress (a better
+                   validation metric, or a validation loss lower than the lowest so far by more
+                   than 0.1 %: pipeline/training/selection.py PROGRESS_RULE); 0 (default): never
 
 Bad values and combinations are refused with one line naming the key and what is allowed: at
 space load for what the file alone decides (a key whose optimiser or schedule cannot use it),

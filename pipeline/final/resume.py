@@ -35,7 +35,10 @@ def fingerprint(dataset: str, family: str, searched: dict[str, Any], p: FinalPar
     blob = json.dumps({"dataset": dataset, "family": family, "config": searched["best_config"],
                        "repeats": [r.get("best_config") for r in searched.get("repeats", [])],
                        "search_run": searched.get("mlflow_parent_run_id"), "seeds": p.seeds, "epochs": p.epochs,
-                       "patience": p.patience, "time_limit_s": p.time_limit_s, "lr_factors": p.lr_factors, "data": data_fingerprint(data_dir)}, sort_keys=True, default=str)
+                       "patience": p.patience, "time_limit_s": p.time_limit_s, "lr_factors": p.lr_factors,
+                       "data": data_fingerprint(data_dir),
+                       # only when set: a stage run before the floor existed trained with none (1)
+                       **({"min_steps": p.min_steps} if p.min_steps != 1 else {})}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -91,13 +94,19 @@ def finished_seeds(client: tracking.MlflowClient, exp_id: str, parent: str) -> d
         if nominal and run.data.tags.get(STATE_ARTIFACT) != "true":
             continue  # finished before its weights were kept: train it again
         curve = run_lookup.metric_steps(client, run.info.run_id, "val_metric")
+        losses = {name: run_lookup.metric_steps(client, run.info.run_id, name) for name in ("train_loss", "val_loss")}
         found[key] = {"seed": key[0], "lr_factor": float(key[1]), "repeat": key[2], "val": metrics["final_val"],
                       "test": metrics["final_test"], "num_params": int(metrics["num_params"]),
                       "seconds_per_epoch": metrics["seconds_per_epoch"],
                       "curve": [curve[s] for s in sorted(curve)], "mlflow_run_id": run.info.run_id,
                       "stop": run.data.tags.get(STOP_TAG, "max_epochs"),
                       # logged since the validation loss breaks ties of the metric (absent before)
-                      "val_loss": metrics.get("final_val_loss"), "best_epoch": metrics.get("best_epoch")}
+                      "val_loss": metrics.get("final_val_loss"), "best_epoch": metrics.get("best_epoch"),
+                      # logged since training counts optimiser steps (issue 29; absent before)
+                      "steps": None if "steps" not in metrics else int(metrics["steps"]),
+                      "steps_per_epoch": None if "steps_per_epoch" not in metrics else int(metrics["steps_per_epoch"]),
+                      "train_loss_curve": [losses["train_loss"][s] for s in sorted(losses["train_loss"])],
+                      "val_loss_curve": [losses["val_loss"][s] for s in sorted(losses["val_loss"])]}
     return found
 
 

@@ -36,6 +36,7 @@ class SeedJob:
     patience: int | None = None  # epochs without a better validation score before the seed stops
     time_limit_s: float | None = None  # wall-clock cap on the seed's training
     repeat: int = 0  # the search repeat whose best configuration this seed trains (`search.repeats`)
+    min_steps: int = 1  # optimiser steps over `epochs` at least (`final.min_steps`)
 
     @property
     def run_name(self) -> str:
@@ -61,12 +62,12 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
     run_id = tracking.start_run(client, job.experiment_id, job.run_name, job.tags, parent_run_id=job.parent_run_id)
     tracking.log_params(client, run_id, {**job.config, "seed": job.seed, "epochs": job.epochs,
                                          "lr_factor": job.lr_factor, "final_patience": job.patience,
-                                         "time_limit_s": job.time_limit_s})
+                                         "time_limit_s": job.time_limit_s, "min_steps": job.min_steps})
     try:
         train_cfg, model_cfg = split_config(job.config)
         dataset = local_dataset(data)
         trainer = Trainer(job.family, model_cfg, TrainSettings(**with_patience(train_cfg, job.patience)), dataset,
-                          job.seed, device_for(job.gpus), job.epochs)
+                          job.seed, device_for(job.gpus), job.epochs, job.min_steps)
         run = train_to_budget(trainer, job.epochs, job.time_limit_s, dataset.meta.mode,
                               lambda m: tracking.log_metrics(client, run_id, m, step=trainer.epoch))
         tracking.set_tags(client, run_id, {final_resume.STOP_TAG: run.stop, **({"patience_stopped": "true"}
@@ -76,9 +77,11 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
         result = {"seed": job.seed, "val": val, "val_loss": val_loss, "test": trainer.evaluate("test"),
                   "num_params": trainer.model.num_parameters(), "seconds_per_epoch": statistics.median(run.seconds),
                   "curve": run.curve, "mlflow_run_id": run_id, "stop": run.stop, "best_epoch": run.best_epoch,
-                  "repeat": job.repeat}
+                  "repeat": job.repeat, "steps": run.steps, "steps_per_epoch": run.steps_per_epoch,
+                  "train_loss_curve": run.train_losses, "val_loss_curve": run.val_losses}
         tracking.log_metrics(client, run_id, {"final_val": val, "final_val_loss": val_loss, "final_test": result["test"],
                                               "num_params": result["num_params"], "best_epoch": run.best_epoch,
+                                              "steps": run.steps, "steps_per_epoch": run.steps_per_epoch,
                                               "seconds_per_epoch": result["seconds_per_epoch"]})
         if job.lr_factor == 1.0:  # a resumed stage reuses this seed instead of training it again
             final_resume.save_state(client, run_id, run.best_state)

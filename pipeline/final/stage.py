@@ -1,9 +1,10 @@
 """The `final` stage: retrain each family's best configuration over fresh seeds, the seeds of all
 of a dataset's families spread over Ray at once (pipeline.final.seeds).
 
-Each seed trains until validation stops improving (`final.patience` epochs without a better
-score; a family whose searched configuration sets its own `patience` keeps it), for at most
-`final.epochs` (or the family's `final.family_epochs`) and within `final.time_limit_s` of wall
+Each seed trains until validation stops improving (`final.patience` epochs without progress,
+pipeline.training.selection.PROGRESS_RULE; a family whose searched configuration sets its own
+`patience` keeps it), for at most `final.epochs` (or the family's `final.family_epochs`), epochs
+of at least `final.min_steps` optimiser steps in all (pipeline.training.budget), and within `final.time_limit_s` of wall
 clock, keeps the weights of its best validation epoch and is scored on validation and test with
 them; the record says per seed why it stopped, so the report can mark a family still improving
 when its budget ran out. A family whose every search trial failed is recorded as failed and
@@ -166,7 +167,8 @@ def _plan(inputs: _Inputs, family: str, p: FinalParams, only_stale: bool) -> _Pl
     res = p.resources_for(family)
     # Robustness reruns (lr factors) train the first repeat's configuration only.
     jobs = [SeedJob(dataset, family, str(inputs.dir), scaled_lr(config, factor), s, p.epochs, res.cpu, res.gpu,
-                    tracking.tracking_uri(root), exp_id, parent, factor, p.patience, p.time_limit_s, repeat)
+                    tracking.tracking_uri(root), exp_id, parent, factor, p.patience, p.time_limit_s, repeat,
+                    p.min_steps)
             for i, (repeat, config) in enumerate(repeats)
             for factor in ((1.0, *p.lr_factors) if i == 0 else (1.0,)) for s in p.seeds]
     kept = final_resume.finished_seeds(client, exp_id, parent) if resumed else {}
@@ -299,7 +301,7 @@ def _robustness(config: dict[str, Any], mode: str, factor: float, runs: list[dic
     test_mean, test_std = _summary([r["test"] for r in runs])
     return {"lr_factor": factor, "lr": config["lr"] * factor, "n_seeds": len(runs),
             "val_mean": val_mean, "val_std": val_std, "test_mean": test_mean, "test_std": test_std,
-            "seeds": [{**{k: r[k] for k in ("seed", "val", "test", "curve", "mlflow_run_id")},
+            "seeds": [{**{k: r.get(k) for k in ("seed", "val", "test", "curve", "mlflow_run_id", "steps")},
                        **stopping(r, mode)} for r in runs]}
 
 
@@ -325,10 +327,12 @@ def _record(dataset: str, family: str, searched: dict[str, Any], runs: list[dict
             p: FinalParams) -> dict[str, Any]:
     val_mean, val_std = _summary([r["val"] for r in runs])
     test_mean, test_std = _summary([r["test"] for r in runs])
-    keep = ("seed", "repeat", "val", "val_loss", "test", "num_params", "seconds_per_epoch", "curve", "mlflow_run_id")
+    keep = ("seed", "repeat", "val", "val_loss", "test", "num_params", "seconds_per_epoch", "curve", "mlflow_run_id",
+            "steps", "steps_per_epoch", "train_loss_curve", "val_loss_curve")
     return {
         "status": "ok", "dataset": dataset, "family": family, "metric": searched["metric"], "mode": searched["mode"],
         "config": searched["best_config"], "epochs": p.epochs, "max_epochs": p.epochs, "patience": p.patience,
+        "min_steps": p.min_steps,
         "time_limit_s": p.time_limit_s, "space": searched.get("space"), "n_seeds": len(runs),
         "val_mean": val_mean, "val_std": val_std, "val_loss_mean": _mean_loss(runs),
         "test_mean": test_mean, "test_std": test_std, "params": runs[0]["num_params"],

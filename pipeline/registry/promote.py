@@ -13,7 +13,7 @@ champion:
 
 A family with fewer final seeds than `promote.seeds_required` is refused, whoever asks. A family
 whose every search trial failed is never a candidate (if all of a dataset's did, nothing is
-promoted), and a candidate marked not converged (pipeline.reporting.marks) is refused unless
+promoted), and a candidate marked not converged or mostly failed (pipeline.reporting.marks) is refused unless
 `force` is given; refusals are decisions, not errors, so the stage still succeeds.
 """
 
@@ -33,7 +33,7 @@ from pipeline.config import PromoteParams
 from pipeline.errors import CtsweepError
 from pipeline.stores.files import write_json
 from pipeline.stores.paths import reports_dir
-from pipeline.reporting.marks import NOT_CONVERGED, failed_detail, is_failed, not_converged
+from pipeline.reporting.marks import MOSTLY_FAILED, NOT_CONVERGED, failed_detail, is_failed, mostly_failed, not_converged
 from pipeline.reporting.provenance import git_commit
 from pipeline.reporting.records import read_final
 from pipeline.reporting.report import best_family
@@ -141,17 +141,25 @@ def _nothing_to_promote(dataset: str, finals: dict[str, dict[str, Any]], current
             "table": f"{name}\n  no candidate: every family of {dataset} failed"}
 
 
+_ADVICE = {NOT_CONVERGED: "raise final.epochs or final.min_steps (or final.time_limit_s)",
+           MOSTLY_FAILED: "fix what fails its trials (results/<dataset>/search/<family>.json `trials`)"}
+
+
 def _refusal(record: dict[str, Any], force: bool) -> tuple[str | None, str]:
-    """(why the candidate is refused, or None; a note for the reason). A not-converged candidate is
-    refused unless forced: its score says more about the epoch budget than about the family."""
-    mark = not_converged(record)
-    if mark is None:
+    """(why the candidate is refused, or None; a note for the reason). A candidate that is not
+    converged (†) or whose search mostly failed (§) is refused unless forced: its score says more
+    about the budget, or about the few trials that survived, than about the family."""
+    marks = [m for m in (not_converged(record), mostly_failed(record.get("n_trials", 0), record.get("n_failed", 0)))
+             if m is not None]
+    if not marks:
         return None, ""
+    what = "; ".join(f"{m.mark.replace('_', ' ')} ({m.detail})" for m in marks)
     if force:
-        return None, f"; not converged ({mark.detail}), promoted by --force"
-    return NOT_CONVERGED, (f"refused: {record['family']} is not converged ({mark.detail}); raise final.epochs "
-                           f"(or final.time_limit_s) and rerun `ctsweep final {record['dataset']} {record['family']}`, "
-                           f"or move the alias anyway with `ctsweep promote --force`")
+        return None, f"; {what}, promoted by --force"
+    advice = " and ".join(_ADVICE[m.mark] for m in marks)
+    return marks[0].mark, (f"refused: {record['family']} is {what}; {advice} and rerun `ctsweep final "
+                           f"{record['dataset']} {record['family']}`, or move the alias anyway with "
+                           f"`ctsweep promote --force`")
 
 
 def promote_dataset(root: Path, dataset: str, families: list[str], p: PromoteParams,

@@ -1,11 +1,20 @@
 """When a cell (dataset, family) of the results table cannot be trusted: the marks and their rules.
 
-    not_converged  more than half of the family's nominal final seeds (lr x 1) are not converged:
-                   a seed is not converged when its training ended at the budget (`stop` is
-                   "max_epochs" or "time_limit", not "patience"; records older than `stop` count
-                   as "max_epochs") while its validation curve was still improving, i.e. the best
-                   value of its last quarter of epochs (at least one) beats the best value before
-                   them by more than IMPROVEMENT_TOL x |that earlier best| in the record's direction.
+    not_converged  more than half of the family's nominal final seeds (lr x 1) are not converged.
+                   A seed is not converged when any of these holds (issue 29):
+                   - short: it trained fewer than MIN_STEPS optimiser steps, whatever stopped it;
+                   - improving: its training ended at the budget (`stop` is "max_epochs" or
+                     "time_limit", not "patience"; records older than `stop` count as
+                     "max_epochs") while its validation metric was still improving: the best value
+                     of its last quarter of epochs (at least one) beats the best before them by
+                     more than IMPROVEMENT_TOL x |that earlier best|;
+                   - falling: its training or its validation loss was still clearly falling when
+                     it stopped, however it stopped: the last quarter of epochs lowered the
+                     loss's minimum by more than FALLING_SHARE of everything it fell from the
+                     first epoch (a curve that levelled off makes a small share of its fall at
+                     the end; one cut short makes a quarter or more).
+                   Records from before a criterion's inputs were kept (steps, loss curves) are
+                   judged by the criteria they can be.
     edge           the best configuration lies in the outer EDGE_FRACTION of a searched numeric
                    range (float or int with low/high; measured in log space when the range is
                    log-uniform): the search may have stopped short of a better value outside it.
@@ -31,15 +40,19 @@ BUDGET_STOPS = ("max_epochs", "time_limit")  # a seed stopped by `patience` has 
 LEGACY_STOP = "max_epochs"  # records written before seeds carried `stop` trained every epoch
 LAST_FRACTION = 0.25  # the tail of the curve that must not beat the rest for a seed to count as converged
 IMPROVEMENT_TOL = 0.005  # relative: a gain of at most 0.5% of |best| is noise, not progress
+MIN_STEPS = 100  # optimiser steps: a seed that took fewer has not trained, whatever stopped it
+FALLING_SHARE = 0.15  # of a loss's whole fall: more in the last quarter of epochs is a fall cut short
 EDGE_FRACTION = 0.05  # outer share of a searched range, at each end, that counts as its edge
 MIN_INT_VALUES = 5  # an integer range with fewer values is a handful of choices, like a categorical
 FAILED_SHARE = 0.5  # more failed trials than this share marks the search as mostly failed
 
 SYMBOLS = {NOT_CONVERGED: "†", EDGE: "‡", MOSTLY_FAILED: "§"}  # a failed cell prints "failed" instead
 RULES = {
-    NOT_CONVERGED: (f"not converged: more than half of the final seeds ended at their epoch or time budget while "
-                    f"validation was still improving (the best score of their last {LAST_FRACTION:.0%} of epochs "
-                    f"beat the earlier best by more than {IMPROVEMENT_TOL:.1%})"),
+    NOT_CONVERGED: (f"not converged: more than half of the final seeds trained fewer than {MIN_STEPS} optimiser "
+                    f"steps, or stopped while their training or validation loss was still falling (their last "
+                    f"{LAST_FRACTION:.0%} of epochs made more than {FALLING_SHARE:.0%} of the loss's fall), or ended "
+                    f"at their epoch or time budget while validation was still improving (the best score of their "
+                    f"last {LAST_FRACTION:.0%} of epochs beat the earlier best by more than {IMPROVEMENT_TOL:.1%})"),
     EDGE: (f"at the edge: the best configuration lies in the outer {EDGE_FRACTION:.0%} of a searched range "
            f"(in log space for log-uniform ranges; integer ranges of fewer than {MIN_INT_VALUES} values are "
            f"choices, never marked), so a better value may lie outside it"),
@@ -78,20 +91,53 @@ def still_improving(curve: list[float], mode: str) -> bool:
     return gain > IMPROVEMENT_TOL * abs(before)
 
 
+def loss_falling(losses: list[float]) -> bool:
+    """Whether a loss curve (one value per epoch) was still clearly falling at its end: its last
+    quarter of epochs (at least one) lowered the minimum before them by more than FALLING_SHARE of
+    the whole fall from the first epoch to the lowest value. Fewer than two epochs: False."""
+    values = [v for v in losses if isinstance(v, (int, float)) and math.isfinite(v)]
+    tail = max(1, int(len(values) * LAST_FRACTION))
+    head, last = values[:-tail], values[-tail:]
+    if not head:
+        return False
+    fall = values[0] - min(values)
+    return fall > 0 and min(head) - min(last) > FALLING_SHARE * fall
+
+
+def seed_reasons(seed: dict[str, Any], mode: str) -> list[str]:
+    """Why a seed is not converged ("short", "improving", "falling"); empty when it is."""
+    reasons = []
+    steps = seed.get("steps")
+    if isinstance(steps, int) and steps < MIN_STEPS:
+        reasons.append("short")
+    if seed.get("stop", LEGACY_STOP) in BUDGET_STOPS and still_improving(seed.get("curve", []), mode):
+        reasons.append("improving")
+    if loss_falling(seed.get("train_loss_curve") or []) or loss_falling(seed.get("val_loss_curve") or []):
+        reasons.append("falling")
+    return reasons
+
+
 def seed_not_converged(seed: dict[str, Any], mode: str) -> bool:
-    """A seed stopped by its budget (not by patience) whose validation curve was still improving."""
-    return seed.get("stop", LEGACY_STOP) in BUDGET_STOPS and still_improving(seed.get("curve", []), mode)
+    """A seed that trained too few steps, stopped with a loss still falling, or stopped at its
+    budget with validation still improving (the module's not_converged rule)."""
+    return bool(seed_reasons(seed, mode))
+
+
+_REASON_TEXT = {"short": f"trained fewer than {MIN_STEPS} steps", "improving": "still improving at the budget",
+                "falling": "stopped with a loss still falling"}
 
 
 def not_converged(final: dict[str, Any]) -> Mark | None:
     """The not_converged mark of an ok final record, or None when at most half its seeds are."""
     seeds = final.get("seeds", [])
-    late = [s for s in seeds if seed_not_converged(s, final["mode"])]
+    reasons = [seed_reasons(s, final["mode"]) for s in seeds]
+    late = [r for r in reasons if r]
     if not seeds or 2 * len(late) <= len(seeds):
         return None
-    stops = sorted({s.get("stop", LEGACY_STOP) for s in late})
-    return Mark(NOT_CONVERGED, f"{len(late)} of {len(seeds)} seeds still improving when stopped by "
-                               f"{' / '.join(stops)}")
+    counts = [f"{sum(k in r for r in late)} {_REASON_TEXT[k]}" for k in _REASON_TEXT if any(k in r for r in late)]
+    stops = sorted({s.get("stop", LEGACY_STOP) for s, r in zip(seeds, reasons) if r})
+    return Mark(NOT_CONVERGED, f"{len(late)} of {len(seeds)} seeds not converged ({'; '.join(counts)}; stopped by "
+                               f"{' / '.join(stops)})")
 
 
 def _num(x: float) -> str:

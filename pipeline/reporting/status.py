@@ -1,7 +1,7 @@
 """`ctsweep status`: which cells of the last report failed or carry a mark, read from reports/metrics.json.
 
     xor/cde_fwp_delta: failed: NaN loss (4 trials)
-    xor/cfc: not_converged: 3 of 5 seeds still improving when stopped by max_epochs
+    xor/cfc: not_converged: 3 of 5 seeds not converged (3 still improving at the budget; stopped by max_epochs)
 
 The exit status says whether the pipeline produced a result for every cell: 1 when a cell
 failed, 0 otherwise (marks alone are warnings). metrics.json files written before cells had a

@@ -93,6 +93,33 @@ class SearchSpace:
         return dataclasses.replace(self, fixed=self.fixed_by_dataset.get(dataset, self.fixed),
                                    reference=self.reference_for(dataset), references={}, fixed_by_dataset={})
 
+    def clip_batch(self, n_train: int, dataset: str) -> tuple[SearchSpace, str | None]:
+        """The space with every `batch_size` above the training split's `n_train` series lowered to
+        it (issue 29: a batch never exceeds the split; choices that collapse onto it become one),
+        and one line saying what changed, or None when nothing did."""
+        def clip(v: Any) -> Any:
+            return min(v, n_train) if _is_number(v) else v
+
+        key, changed = "batch_size", []
+        params, fixed, reference = dict(self.params), dict(self.fixed), dict(self.reference)
+        spec = params.get(key)
+        if spec is not None and spec.distribution == "categorical" and any(clip(c) != c for c in spec.choices):
+            changed.append(f"choices {list(spec.choices)}")
+            params[key] = dataclasses.replace(spec, choices=tuple(dict.fromkeys(clip(c) for c in spec.choices)))
+        elif spec is not None and spec.distribution == "int" and spec.high > n_train:
+            changed.append(f"range [{spec.low:g}, {spec.high:g}]")
+            low = min(spec.low, n_train)
+            params[key] = dataclasses.replace(spec, low=low, high=low + (n_train - low) // spec.step * spec.step)
+        for where, values in (("fixed", fixed), ("reference", reference)):
+            if key in values and clip(values[key]) != values[key]:
+                changed.append(f"{where} {values[key]}")
+                values[key] = clip(values[key])
+        if not changed:
+            return self, None
+        note = (f"{self.family}: batch_size {', '.join(changed)} above the {n_train} training series of {dataset}: "
+                f"trained as at most {n_train} (one step per pass over the split)")
+        return dataclasses.replace(self, params=params, fixed=fixed, reference=reference), note
+
     def define_by_run(self) -> Callable[[optuna.Trial], dict[str, Any]]:
         """The function OptunaSearch calls per trial (picklable: Tune checkpoints the searcher)."""
         return functools.partial(_sample, self)

@@ -35,6 +35,7 @@ class TrialContext:
     time_limit_key: str = "search.trial_time_limit_s"  # the params.yaml key that set time_limit_s
     trial_number: int | None = None  # the trial's number in its family's Optuna study (0, 1, ...)
     repeat: int = 0  # which repeat of the family's search (`search.repeats`); `seed` already includes it
+    min_steps: int = 1  # optimiser steps over `epochs` at least (`search.min_steps`, pipeline/training/budget.py)
 
     def first_epoch_too_slow(self) -> TrialFailedError:
         """The error of a trial whose first epoch outran the time limit: it names the key to raise."""

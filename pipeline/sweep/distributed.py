@@ -177,7 +177,7 @@ def train_worker(loop: dict[str, Any]) -> None:
     rank, world = context.get_world_rank(), context.get_world_size()
     train_cfg, model_cfg = split_config(config)
     trainer = Trainer(ctx.family, model_cfg, TrainSettings(**train_cfg), _dataset(loop["data"], ctx), ctx.seed,
-                      str(ray.train.torch.get_device()), ctx.epochs)
+                      str(ray.train.torch.get_device()), ctx.epochs, ctx.min_steps)
     resumed = _restore(trainer)
     trainer.distribute(ray.train.torch.prepare_model, rank, world)
     client = tracking.MlflowClient(ctx.tracking_uri) if rank == 0 else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,9 @@ PLACEMENT_KEYS = ("max_concurrent", "autoscaling", "max_failures")
 def search_fingerprint(dataset: str, family: str, p: SearchParams, space_file: Path, data_dir: Path) -> str:
     """What a search's results depend on: a rerun with the same fingerprint may resume it."""
     code = user_families.code_digest(family)  # a family of the user's: its code too (built-in: the stage's digest)
-    blob = json.dumps({"dataset": dataset, "family": family, "params": p.model_dump(exclude=set(PLACEMENT_KEYS)),
+    # min_steps only when set: a search run before the floor existed trained with none (1)
+    unchanged = {"min_steps"} if p.min_steps == 1 else set()
+    blob = json.dumps({"dataset": dataset, "family": family, "params": p.model_dump(exclude=set(PLACEMENT_KEYS) | unchanged),
                        "space": space_file.read_text(), "data": data_fingerprint(data_dir),
                        **({"code": code} if code else {})}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -69,6 +72,11 @@ def plan_family(root: Path, dataset: str, family: str, p: SearchParams, meta: An
     if meta.vocab_size:  # a token dataset: refuse families that cannot read an embedding, before Ray
         check_token_family(family, get_model_class(family), dataset)
     space = load_space(space_path(root, family), family).for_dataset(dataset)  # its fixed values and reference
+    n_train = (meta.sizes or {}).get("train")
+    if n_train:  # a batch never exceeds the training split (pipeline/training/budget.py)
+        space, note = space.clip_batch(int(n_train), dataset)
+        if note:
+            print(f"ctsweep: search: {note}", file=sys.stderr)
     check_for_dataset(space, dataset, meta.task, bool(meta.vocab_size), p.epochs)
     fp = search_fingerprint(dataset, family, p, space_path(root, family), data_dir)
     out = search_result_path(root, dataset, family)
@@ -90,5 +98,6 @@ def trial_contexts(root: Path, dataset: str, p: SearchParams, data_dir: Path, ex
               plans: list[FamilyPlan]) -> dict[str, TrialContext]:
     return {plan.family: TrialContext(dataset, plan.family, str(data_dir), p.epochs, p.trial_seed, plan.res.cpu,
                                       tracking.tracking_uri(root), exp_id, plan.parent, p.time_limit_for(plan.family),
-                                      plan.res.gpu, plan.res.workers, time_limit_key(p, plan.family))
+                                      plan.res.gpu, plan.res.workers, time_limit_key(p, plan.family),
+                                      min_steps=p.min_steps)
             for plan in plans}

@@ -73,13 +73,15 @@ def trial_records(results: list[Any], mode: str, seed: int, client: tracking.Mlf
             values.update(run_lookup.metric_steps(client, run_id, METRIC))  # its MLflow run has them all
             losses.update(run_lookup.metric_steps(client, run_id, LOSS))
         values = {e: v for e, v in values.items() if v == v}
+        steps = _by_epoch(history, "steps")  # optimiser steps so far, per epoch (absent before issue 29)
         kept = kept_epoch(values, losses, mode)
         error = _trial_error(result, list(values.values()), run_id, client)
         records.append({
             "trial_id": trial_id, "number": trial_number_of(result.config), "repeat": repeat_of(result.config),
             "config": without_family(result.config), "seed": seed + repeat_of(result.config),  # repeat r: seed + r
             "best_val": None if kept is None else values[kept], "best_val_loss": losses.get(kept),
-            "best_epoch": kept, "epochs": len(values), "status": "error" if error else "ok", "error": error,
+            "best_epoch": kept, "epochs": len(values), "steps": int(max(steps.values())) if steps else None,
+            "status": "error" if error else "ok", "error": error,
             "mlflow_run_id": run_id,
         })
     return sorted(records, key=_trial_order)
@@ -165,6 +167,7 @@ def summarise(dataset: str, family: str, metric: str, mode: str, space: Any, p: 
     return {
         "dataset": dataset, "family": family, "metric": metric, "mode": mode, **outcome,
         "trial_seed": trial_seed, "sampler_seed": sampler_seed, "repeat": repeat, "selection": TIE_RULE,
+        "min_steps": p.min_steps,
         "n_trials": len(records), "n_failed": sum(r["status"] == "error" for r in records),
         "reference": space.reference_for(dataset), "mlflow_parent_run_id": parent, "trials": records,
     }

@@ -118,7 +118,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
     try:
         train_cfg, model_cfg = split_config(config)
         trainer = Trainer(ctx.family, model_cfg, TrainSettings(**train_cfg), local_dataset(data), ctx.seed,
-                          device_for(ctx.gpus), ctx.epochs)
+                          device_for(ctx.gpus), ctx.epochs, ctx.min_steps)
         _restore(trainer, client, run_id)
         tracking.log_params(client, run_id, {"num_params": trainer.model.num_parameters()})
         deadline = time.monotonic() + ctx.time_limit_s if ctx.time_limit_s else None

@@ -16,7 +16,8 @@ from pipeline.data.contract import Dataset, Meta
 from pipeline.data.inputs import load_inputs
 from pipeline.errors import ConfigError, TrialFailedError
 from pipeline.training.metrics import score
-from pipeline.training.selection import beats, is_better
+from pipeline.training.budget import batches_per_pass, effective_batch, passes_per_epoch
+from pipeline.training.selection import beats, is_better, lowers_loss, progressed
 from pipeline.models import SequenceModel, get_model_class
 from pipeline.models.blocks.embedding import EMBED_DIM, TokenEmbedded, check_token_family
 from pipeline.config.protocol import TrainSettings, class_weights, make_optimizer, make_scheduler, per_batch
@@ -79,8 +80,11 @@ class Trainer:
     """Holds a model, its optimiser and the prepared splits of one dataset."""
 
     def __init__(self, family: str, model_kwargs: dict[str, Any], settings: TrainSettings,
-                 dataset: Dataset, seed: int, device: str = "cpu", epochs: int | None = None) -> None:
-        """`epochs`: the run's budget, which a step schedule given as `lr_step_fraction` needs."""
+                 dataset: Dataset, seed: int, device: str = "cpu", epochs: int | None = None,
+                 min_steps: int = 0) -> None:
+        """`epochs`: the run's budget, which a step schedule given as `lr_step_fraction` needs;
+        with `min_steps`, an epoch is as many whole passes over the training split as make the
+        budget at least that many optimiser steps (pipeline/training/budget.py)."""
         keep_freed_memory()  # before the first tensor: pipeline/runtime/allocator.py
         if device.startswith("cuda"):
             deterministic_cuda()
@@ -101,9 +105,15 @@ class Trainer:
                                self.meta.per_step, self.meta.output_size)
         self.loss_weight = None if weight is None else weight.to(device)
         self.generator = torch.Generator().manual_seed(seed)
+        n_train = len(self.targets["train"])
+        self.batch_size = effective_batch(settings.batch_size, n_train)  # never more than the split
+        self.passes = passes_per_epoch(n_train, settings.batch_size, epochs, min_steps)
         self.epoch = 0
-        # Early stopping (settings.patience): the best validation score so far and epochs since it.
+        self.steps = 0  # optimiser steps taken
+        # Early stopping (settings.patience, selection.PROGRESS_RULE): the best validation metric
+        # and the lowest validation loss so far, and the epochs since either last moved.
         self.best_val: float | None = None
+        self.lowest_val_loss: float | None = None
         self.stale_epochs = 0
         self.device = device
         # Data parallelism (see `distribute`): one process trains everything by default.
@@ -137,24 +147,27 @@ class Trainer:
             raise TrialFailedError(f"ODE solver failed at epoch {self.epoch + 1}: {exc}") from exc
 
     def train_epoch(self, deadline: float | None = None) -> float:
-        """One pass over train in a seeded random order; returns the mean loss.
+        """One epoch: `self.passes` passes over train, each in its own seeded random order;
+        returns the mean loss over them.
 
         With a `deadline` (time.monotonic()), raises TimeLimitReached between batches past it.
         """
         self.train_module.train()
         n = len(self.targets["train"])
-        order = torch.randperm(n, generator=self.generator)  # the same order on every rank
         total = 0.0
-        for start in range(0, n, self.settings.batch_size):
-            idx = order[start:start + self.settings.batch_size]
-            total += self._step(idx) * len(idx)
-            # Ranks stop together: one leaving early would leave the others waiting in a collective.
-            if deadline is not None and self._any_rank(time.monotonic() > deadline):
-                raise TimeLimitReached(f"time limit reached during epoch {self.epoch + 1}")
+        for _ in range(self.passes):
+            order = torch.randperm(n, generator=self.generator)  # the same order on every rank
+            for start in range(0, n, self.batch_size):
+                idx = order[start:start + self.batch_size]
+                total += self._step(idx) * len(idx)
+                self.steps += 1
+                # Ranks stop together: one leaving early would leave the others waiting in a collective.
+                if deadline is not None and self._any_rank(time.monotonic() > deadline):
+                    raise TimeLimitReached(f"time limit reached during epoch {self.epoch + 1}")
         self.epoch += 1
         if self.scheduler is not None and not per_batch(self.settings):
             self.scheduler.step()
-        return total / n
+        return total / (n * self.passes)
 
     def _step(self, idx: torch.Tensor) -> float:
         """One optimiser step on the global batch `idx` (B,); returns the batch's mean loss."""
@@ -240,22 +253,31 @@ class Trainer:
         return value, float(loss_fn(self.meta, output, y, mask, weight))
 
     def run_epoch(self, deadline: float | None = None) -> dict[str, float]:
-        """Train one epoch and score validation: {epoch, train_loss, val_metric, epoch_seconds}."""
+        """Train one epoch and score validation: {epoch, steps (so far), train_loss, val_metric,
+        val_loss, epoch_seconds, lr}."""
         start = time.perf_counter()
         lr = self.optimizer.param_groups[0]["lr"]  # the rate this epoch trained with
         train_loss = self.train_epoch(deadline)
         seconds = time.perf_counter() - start
         val, val_loss = self.evaluate_with_loss("val")
+        moved = progressed(val, val_loss, self.best_val, self.lowest_val_loss, self.meta.mode)
         if is_better(val, self.best_val, self.meta.mode):
-            self.best_val, self.stale_epochs = val, 0
-        else:
-            self.stale_epochs += 1
-        return {"epoch": self.epoch, "train_loss": train_loss, "val_metric": val, "val_loss": val_loss,
-                "epoch_seconds": seconds, "lr": lr}
+            self.best_val = val
+        if lowers_loss(val_loss, self.lowest_val_loss):  # moved only by progress, as Keras' min_delta: a
+            self.lowest_val_loss = val_loss              # slow fall adds up until it counts
+        self.stale_epochs = 0 if moved else self.stale_epochs + 1
+        return {"epoch": self.epoch, "steps": self.steps, "train_loss": train_loss, "val_metric": val,
+                "val_loss": val_loss, "epoch_seconds": seconds, "lr": lr}
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimiser steps in one epoch: its passes times the batches of a pass."""
+        return self.passes * batches_per_pass(len(self.targets["train"]), self.batch_size)
 
     @property
     def stopped_early(self) -> bool:
-        """Whether early stopping ends the run now: `patience` epochs without a better validation score."""
+        """Whether early stopping ends the run now: `patience` epochs without progress
+        (selection.PROGRESS_RULE: a better validation metric or a lower validation loss)."""
         return 0 < self.settings.patience <= self.stale_epochs
 
     def weights(self) -> dict[str, torch.Tensor]:
@@ -267,7 +289,8 @@ class Trainer:
         return copy.deepcopy({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                               "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
                               "generator": self.generator.get_state(), "epoch": self.epoch,
-                              "best_val": self.best_val, "stale_epochs": self.stale_epochs})
+                              "steps": self.steps, "best_val": self.best_val,
+                              "lowest_val_loss": self.lowest_val_loss, "stale_epochs": self.stale_epochs})
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Resume from state(); a checkpoint written before schedules existed has none to restore."""
@@ -277,7 +300,10 @@ class Trainer:
             self.scheduler.load_state_dict(state["scheduler"])
         self.generator.set_state(state["generator"])
         self.epoch = state["epoch"]
+        # a checkpoint from before steps were counted: its epochs were one pass each
+        self.steps = state.get("steps", self.epoch * batches_per_pass(len(self.targets["train"]), self.batch_size))
         self.best_val, self.stale_epochs = state.get("best_val"), state.get("stale_epochs", 0)
+        self.lowest_val_loss = state.get("lowest_val_loss")
 
 
 DETERMINISTIC_ENV = "CTSWEEP_CUDA_DETERMINISTIC"  # "0": let torch pick its fastest CUDA kernels
@@ -314,34 +340,41 @@ def with_patience(train_cfg: dict[str, Any], patience: int | None) -> dict[str, 
 
 
 class BudgetedRun(NamedTuple):
-    """What train_to_budget returns: the validation curve and training seconds per epoch, the
-    best epoch's weights and its 1-based number, and why training stopped ("patience",
-    "max_epochs" or "time_limit")."""
+    """What train_to_budget returns: per epoch the validation metric (`curve`), training seconds,
+    mean training loss and validation loss; the best epoch's weights and its 1-based number; why
+    training stopped ("patience", "max_epochs" or "time_limit"); the optimiser steps taken and
+    those of one epoch."""
     curve: list[float]
     seconds: list[float]
     best_state: dict[str, Any] | None
     best_epoch: int
     stop: str
+    train_losses: list[float] = []
+    val_losses: list[float] = []
+    steps: int = 0
+    steps_per_epoch: int = 0
 
 
 def train_to_budget(trainer: Trainer, epochs: int, time_limit_s: float | None, mode: str,
                     on_epoch: Callable[[dict[str, float]], None] | None = None) -> BudgetedRun:
     """Train until early stopping, `epochs` or the wall-clock cap, whichever comes first, keeping
     the weights of the best validation epoch: the best metric, and among epochs that tie on it
-    the lowest validation loss (`beats`). Early stopping (`patience`) counts epochs without a
-    better metric only, so the loss never lengthens training. `on_epoch` receives each epoch's
-    metrics.
+    the lowest validation loss (`beats`). Early stopping (`patience`) counts epochs without
+    progress: neither a better metric nor a lower loss (selection.PROGRESS_RULE). `on_epoch`
+    receives each epoch's metrics.
 
     The cap is checked before each epoch against the slowest epoch so far (training and
     validation), so training stops before it would run past `time_limit_s`, never midway; the
     first epoch always runs."""
     curve: list[float] = []
     seconds: list[float] = []
+    train_losses: list[float] = []
+    val_losses: list[float] = []
     best, best_state, best_epoch, slowest = None, None, 0, 0.0
     started = time.monotonic()
-
     def outcome(stop: str) -> BudgetedRun:
-        return BudgetedRun(curve, seconds, best_state, best_epoch, stop)
+        return BudgetedRun(curve, seconds, best_state, best_epoch, stop, train_losses, val_losses,
+                           trainer.steps, trainer.steps_per_epoch)
 
     while trainer.epoch < epochs:
         if time_limit_s is not None and curve and time.monotonic() - started + slowest > time_limit_s:
@@ -353,8 +386,10 @@ def train_to_budget(trainer: Trainer, epochs: int, time_limit_s: float | None, m
             on_epoch(m)
         curve.append(m["val_metric"])
         seconds.append(m["epoch_seconds"])
+        train_losses.append(m.get("train_loss"))
+        val_losses.append(m.get("val_loss"))
         if beats(m["val_metric"], m.get("val_loss"), best, mode):
             best, best_state, best_epoch = (m["val_metric"], m.get("val_loss")), trainer.weights(), len(curve)
-        if trainer.stopped_early:  # `patience` epochs without a better validation score
+        if trainer.stopped_early:  # `patience` epochs without progress
             return outcome("patience")
     return outcome("max_epochs")
