@@ -13,7 +13,7 @@ trials, and dataset and family names are identifiers (pipeline/names.py), checke
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
@@ -194,6 +194,10 @@ class FinalParams(_Strict):
     lr_factors: list[float] = Field(
         default_factory=list, max_length=16, description="robustness: also rerun the best config with its learning "
                                                          "rate times each factor (at most 16), on every seed (e.g. [0.8, 1.25])")
+    validation: Literal["prepared", "per_seed"] = Field(
+        "prepared", description="which validation series a seed keeps its epoch and stops by: `prepared` (the "
+        "prepared split, the same for every seed) or `per_seed` (each seed redraws as many from the training and "
+        "validation series together, stratified, with its own seed; the test split untouched)")
     resources: Resources = Resources()
     family_resources: dict[Name, ResourceOverride] = Field(default_factory=dict)
     family_epochs: dict[Name, Annotated[int, Field(ge=1, le=MAX_EPOCHS)]] = Field(

@@ -38,7 +38,8 @@ def fingerprint(dataset: str, family: str, searched: dict[str, Any], p: FinalPar
                        "patience": p.patience, "time_limit_s": p.time_limit_s, "lr_factors": p.lr_factors,
                        "data": data_fingerprint(data_dir),
                        # only when set: a stage run before the floor existed trained with none (1)
-                       **({"min_steps": p.min_steps} if p.min_steps != 1 else {})}, sort_keys=True, default=str)
+                       **({"min_steps": p.min_steps} if p.min_steps != 1 else {}),
+                       **({"validation": p.validation} if p.validation != "prepared" else {})}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

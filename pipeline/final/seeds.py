@@ -13,6 +13,7 @@ import torch
 from pipeline.final import resume as final_resume
 from pipeline.stores import tracking
 from pipeline.data.contract import Dataset
+from pipeline.data.resplit import per_seed_validation
 from pipeline.runtime.interrupts import deferred
 from pipeline.spaces import split_config
 from pipeline.sweep.context import local_dataset
@@ -37,6 +38,7 @@ class SeedJob:
     time_limit_s: float | None = None  # wall-clock cap on the seed's training
     repeat: int = 0  # the search repeat whose best configuration this seed trains (`search.repeats`)
     min_steps: int = 1  # optimiser steps over `epochs` at least (`final.min_steps`)
+    validation: str = "prepared"  # `final.validation`: "per_seed" redraws the validation series for this seed
 
     @property
     def run_name(self) -> str:
@@ -62,10 +64,13 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
     run_id = tracking.start_run(client, job.experiment_id, job.run_name, job.tags, parent_run_id=job.parent_run_id)
     tracking.log_params(client, run_id, {**job.config, "seed": job.seed, "epochs": job.epochs,
                                          "lr_factor": job.lr_factor, "final_patience": job.patience,
-                                         "time_limit_s": job.time_limit_s, "min_steps": job.min_steps})
+                                         "time_limit_s": job.time_limit_s, "min_steps": job.min_steps,
+                                         "validation": job.validation})
     try:
         train_cfg, model_cfg = split_config(job.config)
         dataset = local_dataset(data)
+        if job.validation == "per_seed":  # pipeline/data/resplit.py
+            dataset = per_seed_validation(dataset, job.seed)
         trainer = Trainer(job.family, model_cfg, TrainSettings(**with_patience(train_cfg, job.patience)), dataset,
                           job.seed, device_for(job.gpus), job.epochs, job.min_steps)
         run = train_to_budget(trainer, job.epochs, job.time_limit_s, dataset.meta.mode,

@@ -168,7 +168,7 @@ def _plan(inputs: _Inputs, family: str, p: FinalParams, only_stale: bool) -> _Pl
     # Robustness reruns (lr factors) train the first repeat's configuration only.
     jobs = [SeedJob(dataset, family, str(inputs.dir), scaled_lr(config, factor), s, p.epochs, res.cpu, res.gpu,
                     tracking.tracking_uri(root), exp_id, parent, factor, p.patience, p.time_limit_s, repeat,
-                    p.min_steps)
+                    p.min_steps, p.validation)
             for i, (repeat, config) in enumerate(repeats)
             for factor in ((1.0, *p.lr_factors) if i == 0 else (1.0,)) for s in p.seeds]
     kept = final_resume.finished_seeds(client, exp_id, parent) if resumed else {}
@@ -332,7 +332,7 @@ def _record(dataset: str, family: str, searched: dict[str, Any], runs: list[dict
     return {
         "status": "ok", "dataset": dataset, "family": family, "metric": searched["metric"], "mode": searched["mode"],
         "config": searched["best_config"], "epochs": p.epochs, "max_epochs": p.epochs, "patience": p.patience,
-        "min_steps": p.min_steps,
+        "min_steps": p.min_steps, "validation": p.validation,
         "time_limit_s": p.time_limit_s, "space": searched.get("space"), "n_seeds": len(runs),
         "val_mean": val_mean, "val_std": val_std, "val_loss_mean": _mean_loss(runs),
         "test_mean": test_mean, "test_std": test_std, "params": runs[0]["num_params"],
