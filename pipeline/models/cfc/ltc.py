@@ -20,6 +20,14 @@ the linear terms at the new one, which solves to
 
 "euler", "rk4" and "dopri5" integrate the same ODE with torchdiffeq instead (the paper's
 explicit and Runge-Kutta variants), with the input held at the observation over the interval.
+The ODE is stiff, so the fixed-step ones are only conditionally stable: the step dt / ode_unfolds
+must keep step * lambda_j below 2 (Euler) or about 2.79 (RK4), where
+lambda_j = (gleak_j + sum_i w_ij s_ij + sum_k sw_kj s_kj) / cm_j grows with the number of
+neurons (on BasicMotions at initialisation: 10.6 at 16 neurons, 46 at 128). Past it the
+potentials overflow to NaN within a sequence, whatever the learning rate or epsilon (issue 29;
+search_spaces/ltc.yaml searches the fused solver only). The fused step cannot diverge: v' is a
+mean of v, vleak and the reversal potentials with the positive weights cm/delta, gleak and the
+conductances, and epsilon (ncps' 1e-8) only guards a denominator that cm/delta already keeps > 0.
 """
 
 from __future__ import annotations
