@@ -105,6 +105,13 @@ bench-cluster: install
 bench-convergence: install
 	$(BIN)/python -m benchmarks.convergence $(BENCH_ARGS)
 
+# `make bench-small-data`: which final.validation makes small datasets' results converge and agree
+# across reruns (benchmarks/small_data.py; BENCH_ARGS="--root PROJECT ..." names a project whose
+# params.yaml prepares them, e.g. GunPoint and ArrowHead: README "Small datasets").
+.PHONY: bench-small-data
+bench-small-data: install
+	$(BIN)/python -m benchmarks.small_data $(BENCH_ARGS)
+
 # `make bench-fill`: how full a local Ray head declaring 32 CPUs stays when 12 synthetic searches
 # (trials that sleep instead of training) run one after another, and all at once through
 # search_many (benchmarks/fill.py; 14 to 19 minutes on 2 cores; BENCH_ARGS=--quick: a smoke run).

@@ -25,7 +25,7 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 3.0  # points: a default test mean this close to the long budget's counts as converged
@@ -47,6 +47,7 @@ class SeedJob:
     time_limit_s: float | None
     device: str = "cpu"
     min_steps: int = 1  # the record's `final.min_steps` times --factor: the same passes per epoch, --factor x the steps
+    validation: str = "prepared"  # `final.validation`: "per_seed" redraws the validation series for the seed
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -83,7 +84,8 @@ def plan(record: dict[str, Any], data_dir: Path, args: argparse.Namespace) -> li
         patience = None if patience is None else min(patience, epochs)
     min_steps = max(1, round(record.get("min_steps", 1) * args.factor))
     return [SeedJob(record["dataset"], record["family"], str(data_dir), record["config"], s, epochs, patience,
-                    _scaled(record.get("time_limit_s"), args.factor), args.device, min_steps) for s in seeds]
+                    _scaled(record.get("time_limit_s"), args.factor), args.device, min_steps,
+                    record.get("validation", "prepared")) for s in seeds]
 
 
 def _init_worker() -> None:
@@ -102,6 +104,10 @@ def train_seed(job: SeedJob) -> dict[str, Any]:
     start = time.monotonic()
     try:
         data = load_dataset(Path(job.data_dir))
+        if job.validation == "per_seed":  # as the final stage does (pipeline/final/seeds.py)
+            from pipeline.data.resplit import per_seed_validation
+
+            data = per_seed_validation(data, job.seed)
         train_cfg, model_cfg = split_config(job.config)
         trainer = Trainer(job.family, model_cfg, TrainSettings(**with_patience(train_cfg, job.patience)), data,
                           job.seed, job.device, job.epochs, job.min_steps)
@@ -112,6 +118,7 @@ def train_seed(job: SeedJob) -> dict[str, Any]:
     except TrialFailedError as exc:  # a NaN loss or a solver failure: recorded, the other seeds go on
         return {"seed": job.seed, "status": "failed", "error": str(exc), "seconds": time.monotonic() - start}
     return {"seed": job.seed, "status": "ok", "val": val, "test": test, "curve": run.curve, "stop": run.stop,
+            "train_loss_curve": run.train_losses, "val_loss_curve": run.val_losses,
             "best_epoch": run.best_epoch, "epochs_trained": len(run.curve), "steps": run.steps,
             "seconds": time.monotonic() - start}
 
@@ -140,13 +147,17 @@ def cells(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str
     return todo, skipped
 
 
-def run_jobs(jobs: list[SeedJob], workers: int) -> list[dict[str, Any]]:
-    """Every job in a pool of spawned processes (fresh interpreters: fork would share torch's state)."""
+def run_jobs(jobs: list[SeedJob], workers: int,
+             on_result: Callable[[SeedJob, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Every job in a pool of spawned processes (fresh interpreters: fork would share torch's state);
+    `on_result` sees each job's result as it ends (to keep it before the others finish)."""
     results: list[dict[str, Any]] = []
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init_worker) as pool:
         futures = {pool.submit(train_seed, job): job for job in jobs}
         for future in as_completed(futures):
             job, out = futures[future], future.result()
+            if on_result is not None:
+                on_result(job, out)
             results.append({**out, "dataset": job.dataset, "family": job.family})
             print(f"  {job.dataset}/{job.family} seed {job.seed}: {out['status']} "
                   f"{out.get('test', out.get('error', ''))} ({out['seconds']:.0f} s)", file=sys.stderr, flush=True)
