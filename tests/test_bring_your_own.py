@@ -44,9 +44,10 @@ def _run(root: Path, *cmd: str, env: dict[str, str] | None = None) -> str:
 
 def _tiny(params: dict) -> dict:
     """The README's sweep with a budget a test can afford (the README's run uses the defaults)."""
-    params["search"].update(num_samples=2, epochs=3, n_startup_trials=1)
+    # min_steps 1: the default's step floors would make each of these few epochs many passes
+    params["search"].update(num_samples=2, epochs=3, n_startup_trials=1, min_steps=1)
     params["search"]["asha"]["grace_period"] = 3
-    params["final"].update(seeds=[0, 1], epochs=3, patience=2, lr_factors=[])
+    params["final"].update(seeds=[0, 1], epochs=3, patience=2, lr_factors=[], min_steps=1)
     params["promote"]["seeds_required"] = 2
     return params
 
