@@ -12,7 +12,7 @@ import ray
 from mlflow.tracking import MlflowClient
 
 from pipeline.config import FinalParams, XorParams
-from pipeline.data.contract import Dataset, Split, load_dataset, save_dataset
+from pipeline.data.contract import Dataset, Split, save_dataset
 from pipeline.data.kinds.xor import build as build_xor
 from pipeline.data.resplit import per_seed_validation
 from pipeline.final.stage import final

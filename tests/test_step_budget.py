@@ -11,7 +11,7 @@ import pytest
 import ray
 
 from pipeline.config import FinalParams, SearchParams, XorParams, load_params
-from pipeline.data.contract import load_dataset, save_dataset
+from pipeline.data.contract import Dataset, load_dataset, save_dataset
 from pipeline.data.kinds.xor import build as build_xor
 from pipeline.errors import ConfigError
 from pipeline.final.stage import final
@@ -23,11 +23,10 @@ from pipeline.training.budget import MAX_STEPS, batches_per_pass, passes_per_epo
 from pipeline.training.loop import Trainer, TrainSettings, train_to_budget
 from pipeline.training.selection import LOSS_PROGRESS, lowers_loss, progressed
 from tests.conftest import REPO, default_params, write_params
+from tests.test_final_budget import CONFIG as FINAL_CONFIG
 
-# A small CfC (Hasani et al. 2022, Table S1's optimiser) that trains in well under a second per epoch.
-CONFIG = {"lr": 0.01, "optimizer": "rmsprop", "lr_schedule": "none", "grad_clip": 1.0, "weight_decay": 0.0,
-          "batch_size": 256, "hidden_size": 16, "backbone_units": 16, "backbone_layers": 1,
-          "backbone_activation": "relu", "backbone_dropout": 0.0, "time_scale": 1.0, "init_gain": 1.0}
+# test_final_budget's small CfC at batch 256: above any tiny split here
+CONFIG = {**FINAL_CONFIG, "batch_size": 256}
 
 
 @pytest.fixture
@@ -37,6 +36,13 @@ def root(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # 40 series: 36 train, 4 validation, as small as the UCR/UEA datasets of the issue
     save_dataset(processed_dir(project, "tiny"), build_xor("tiny", XorParams(kind="xor", n_train=40, n_test=20, seed=3)))
     return project
+
+
+def _trainer(config: dict, data: Dataset, **budget: int) -> Trainer:
+    """A real CfC trainer of `config` (training keys split from the model's) on CPU, seed 0."""
+    train = {k: v for k, v in config.items() if k in TrainSettings.__dataclass_fields__}
+    model = {k: v for k, v in config.items() if k not in train}
+    return Trainer("cfc", model, TrainSettings(**train), data, seed=0, **budget)
 
 
 # ------------------------------------------------------------------------------- the arithmetic
@@ -58,16 +64,12 @@ def test_the_default_floors_leave_japanese_vowels_at_batch_32_alone_and_lengthen
 def test_a_real_trainer_counts_its_steps_and_never_batches_above_the_split(root: Path) -> None:
     data = load_dataset(processed_dir(root, "tiny"))
     n = len(data.splits["train"].y)
-    trainer = Trainer("cfc", {k: v for k, v in CONFIG.items() if k not in TrainSettings.__dataclass_fields__},
-                      TrainSettings(**{k: v for k, v in CONFIG.items() if k in TrainSettings.__dataclass_fields__}),
-                      data, seed=0, epochs=4, min_steps=20)
+    trainer = _trainer(CONFIG, data, epochs=4, min_steps=20)
     assert trainer.batch_size == n and trainer.passes == 5 and trainer.steps_per_epoch == 5  # 4 x 5 >= 20
     run = train_to_budget(trainer, 4, None, "max")
     assert run.steps == trainer.steps == 20 and run.steps_per_epoch == 5 and len(run.train_losses) == 4
     state = trainer.state()
-    again = Trainer("cfc", {k: v for k, v in CONFIG.items() if k not in TrainSettings.__dataclass_fields__},
-                    TrainSettings(**{k: v for k, v in CONFIG.items() if k in TrainSettings.__dataclass_fields__}),
-                    data, seed=0, epochs=4, min_steps=20)
+    again = _trainer(CONFIG, data, epochs=4, min_steps=20)
     again.load_state(state)
     assert again.steps == 20 and again.lowest_val_loss == trainer.lowest_val_loss
 
@@ -89,10 +91,7 @@ def test_a_trainer_whose_metric_is_stuck_goes_on_while_its_validation_loss_falls
     losses = iter([1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.5, 0.5, 0.5, 0.5])
     monkeypatch.setattr(Trainer, "evaluate_with_loss", lambda self, split: (0.75, next(losses)))
     data = load_dataset(processed_dir(root, "tiny"))
-    cfg = {**CONFIG, "patience": 3}
-    trainer = Trainer("cfc", {k: v for k, v in cfg.items() if k not in TrainSettings.__dataclass_fields__},
-                      TrainSettings(**{k: v for k, v in cfg.items() if k in TrainSettings.__dataclass_fields__}),
-                      data, seed=0, epochs=10)
+    trainer = _trainer({**CONFIG, "patience": 3}, data, epochs=10)
     run = train_to_budget(trainer, 10, None, "max")
     # a metric-only patience would have stopped at epoch 4; the loss moved until epoch 6
     assert (run.stop, len(run.curve), run.best_epoch) == ("patience", 9, 6)
@@ -105,8 +104,8 @@ def test_batch_choices_above_the_split_are_clipped_in_one_line() -> None:
     space = load_space(REPO / "search_spaces" / "cfc.yaml", "cfc").for_dataset("tiny")
     clipped, note = space.clip_batch(36, "tiny")
     assert clipped.params["batch_size"].choices == (32, 36) and clipped.reference["batch_size"] == 36
-    assert note == ("cfc: batch_size choices [32, 64, 128, 256], reference 64 above the 36 training series of "
-                    "tiny: trained as at most 36 (one step per pass over the split)")
+    assert note == ("cfc: batch_size 64, 128, 256 (of choices [32, 64, 128, 256]); reference 64 above the 36 "
+                    "training series of tiny: trained as 36 (one step per pass over the split)")
     assert space.clip_batch(10_000, "big") == (space, None)
     ltc = load_space(REPO / "search_spaces" / "ltc.yaml", "ltc").for_dataset("tiny")
     assert ltc.clip_batch(20, "tiny")[0].params["batch_size"].choices == (16, 20)
@@ -119,8 +118,8 @@ def test_a_search_on_a_tiny_split_clips_its_batches_and_takes_its_floor_of_steps
     [trial] = record["trials"]
     assert trial["status"] == "ok" and trial["config"]["batch_size"] == 36  # the reference's 64, clipped
     assert trial["steps"] == 10 and record["min_steps"] == 10  # 2 epochs of 5 one-step passes
-    assert "batch_size choices [32, 64, 128, 256], reference 64 above the 36 training series of tiny" in \
-        capsys.readouterr().err
+    assert "batch_size 64, 128, 256 (of choices [32, 64, 128, 256]); reference 64 above the 36 training " \
+           "series of tiny" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------ bad input

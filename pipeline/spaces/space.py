@@ -104,10 +104,11 @@ class SearchSpace:
         params, fixed, reference = dict(self.params), dict(self.fixed), dict(self.reference)
         spec = params.get(key)
         if spec is not None and spec.distribution == "categorical" and any(clip(c) != c for c in spec.choices):
-            changed.append(f"choices {list(spec.choices)}")
+            above = [c for c in spec.choices if clip(c) != c]
+            changed.append(f"{', '.join(map(str, above))} (of choices {list(spec.choices)})")
             params[key] = dataclasses.replace(spec, choices=tuple(dict.fromkeys(clip(c) for c in spec.choices)))
         elif spec is not None and spec.distribution == "int" and spec.high > n_train:
-            changed.append(f"range [{spec.low:g}, {spec.high:g}]")
+            changed.append(f"up to {spec.high:g} of range [{spec.low:g}, {spec.high:g}]")
             low = min(spec.low, n_train)
             params[key] = dataclasses.replace(spec, low=low, high=low + (n_train - low) // spec.step * spec.step)
         for where, values in (("fixed", fixed), ("reference", reference)):
@@ -116,8 +117,8 @@ class SearchSpace:
                 values[key] = clip(values[key])
         if not changed:
             return self, None
-        note = (f"{self.family}: batch_size {', '.join(changed)} above the {n_train} training series of {dataset}: "
-                f"trained as at most {n_train} (one step per pass over the split)")
+        note = (f"{self.family}: batch_size {'; '.join(changed)} above the {n_train} training series of {dataset}: "
+                f"trained as {n_train} (one step per pass over the split)")
         return dataclasses.replace(self, params=params, fixed=fixed, reference=reference), note
 
     def define_by_run(self) -> Callable[[optuna.Trial], dict[str, Any]]:
