@@ -127,6 +127,7 @@ def test_profile_loads_validates_and_fits_every_space(name: str) -> None:
     assert set(raw["datasets"]) == set(params.datasets) and params.search.num_samples == 1
     assert params.search.resources.gpu > 0 and params.final.resources.gpu > 0  # for a GPU cluster
     assert len(params.final.seeds) == params.promote.seeds_required == 5
+    assert params.search.min_steps == params.final.min_steps == 1  # the paper's epochs as printed, one pass each
     assert profiles.check_spaces(name, params, ROOT) == len(params.datasets) * len(params.families)
     for dataset in params.datasets:
         meta = fixture_dataset(dataset, params.prepare[dataset]).meta
