@@ -16,9 +16,7 @@ import dataclasses
 
 import numpy as np
 
-from pipeline.data.contract import Dataset, Split
-
-VALIDATION_CHOICES = ("prepared", "per_seed")
+from pipeline.data.contract import Dataset, Split, take
 
 
 def _pad(a: np.ndarray, length: int, fill: float | str) -> np.ndarray:
@@ -41,10 +39,6 @@ def _joined(a: Split, b: Split, per_step: bool) -> Split:
     return Split(*(np.concatenate([getattr(a, k), getattr(b, k)]) for k in ("x", "t", "mask", "y")))
 
 
-def _take(s: Split, idx: np.ndarray) -> Split:
-    return Split(s.x[idx], s.t[idx], s.mask[idx], s.y[idx])
-
-
 def per_seed_validation(data: Dataset, seed: int) -> Dataset:
     """`data` with train and val redrawn from their union for `seed`: val as large as before,
     stratified by the series' label (classification and binary tasks with one label per series;
@@ -63,5 +57,5 @@ def per_seed_validation(data: Dataset, seed: int) -> Dataset:
         train, val = train_test_split(idx, test_size=n_val, random_state=seed, stratify=labels)
     except ValueError:  # a class with a single series cannot be split both ways
         train, val = train_test_split(idx, test_size=n_val, random_state=seed)
-    splits = {**data.splits, "train": _take(pool, np.sort(train)), "val": _take(pool, np.sort(val))}
+    splits = {**data.splits, "train": take(pool, np.sort(train)), "val": take(pool, np.sort(val))}
     return dataclasses.replace(data, splits=splits, folder=None)

@@ -117,12 +117,6 @@ def seed_reasons(seed: dict[str, Any], mode: str) -> list[str]:
     return reasons
 
 
-def seed_not_converged(seed: dict[str, Any], mode: str) -> bool:
-    """A seed that trained too few steps, stopped with a loss still falling, or stopped at its
-    budget with validation still improving (the module's not_converged rule)."""
-    return bool(seed_reasons(seed, mode))
-
-
 _REASON_TEXT = {"short": f"trained fewer than {MIN_STEPS} steps", "improving": "still improving at the budget",
                 "falling": "stopped with a loss still falling"}
 
