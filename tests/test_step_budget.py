@@ -19,7 +19,8 @@ from pipeline.reporting.marks import MIN_STEPS, NOT_CONVERGED, cell_marks
 from pipeline.spaces import load_space
 from pipeline.stores.paths import processed_dir, search_result_path
 from pipeline.sweep.search import search
-from pipeline.training.budget import MAX_STEPS, batches_per_pass, passes_per_epoch, steps_per_epoch
+from pipeline.config.params import MAX_STEPS
+from pipeline.training.budget import batches_per_pass, passes_per_epoch, steps_per_epoch
 from pipeline.training.loop import Trainer, TrainSettings, train_to_budget
 from pipeline.training.selection import LOSS_PROGRESS, lowers_loss, progressed
 from tests.conftest import REPO, default_params, write_params

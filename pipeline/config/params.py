@@ -22,9 +22,9 @@ from pipeline.config.base import Name, Seed, _few, _Strict
 from pipeline.config.datasets import _KINDS, DatasetParams
 from pipeline.config.yaml_load import MAX_BYTES as MAX_YAML_BYTES, load_yaml
 from pipeline.errors import ConfigError
-from pipeline.training.budget import MAX_STEPS
 
-
+# bound of every `min_steps` key: a typo cannot ask for 10^12 optimiser steps (issue 29)
+MAX_STEPS = 10_000_000
 MAX_CPU, MAX_GPU, MAX_WORKERS = 1024, 64, 1024  # per trial or seed: beyond any one Ray cluster here
 
 

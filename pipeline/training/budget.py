@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import math
 
-MAX_STEPS = 10_000_000  # bound of every step key: a typo cannot ask for 10^12 steps
-
 
 def effective_batch(batch_size: int, n_train: int) -> int:
     """The batch a run trains with: `batch_size`, or the whole training split when it is smaller."""
