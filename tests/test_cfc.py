@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.models.cfc.cfc import CfC, CfCMMRNN, CfCNoGate, CfS
+from pipeline.models.cfc.cfc import CfC, CfCMMRNN, CfCNoGate, CfS, last_observed_and_mask
 from pipeline.models.cfc.ltc import LTC
 
 C, H, U = 3, 4, 5  # input channels, hidden size, backbone units
@@ -171,6 +171,7 @@ def test_init_gain_sets_the_xavier_bound() -> None:
         (CfS, {"backbone_dropout": 1.0}, r"backbone_dropout must be in \[0, 1\)"),
         (CfCNoGate, {"time_scale": 0.0}, "time_scale must be > 0"),
         (CfCMMRNN, {"init_gain": -1.0}, "init_gain must be > 0"),
+        (CfC, {"missing_values": "mean"}, r"missing_values 'mean'.*last_and_mask"),
         (LTC, {"solver": "midpoint"}, r"solver 'midpoint'.*fused"),
         (LTC, {"ode_unfolds": 0}, "ode_unfolds must be >= 1"),
         (LTC, {"hidden_size": 0}, "hidden_size must be >= 1"),
@@ -179,6 +180,33 @@ def test_init_gain_sets_the_xavier_bound() -> None:
 def test_bad_arguments_are_rejected(cls: type, kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         cls(input_channels=C, output_size=2, **kwargs)
+
+
+def test_last_observed_and_mask_carries_each_channel_forward_on_its_own() -> None:
+    nan = float("nan")
+    x = torch.tensor([[[nan, 1.0], [2.0, nan], [nan, nan], [nan, 3.0]]])  # (1, 4, 2)
+    carried, flags = last_observed_and_mask(x).split(2, dim=-1)
+    assert carried.tolist() == [[[0.0, 1.0], [2.0, 1.0], [2.0, 1.0], [2.0, 3.0]]]  # 0 before a first value
+    assert flags.tolist() == [[[0.0, 1.0], [1.0, 0.0], [0.0, 0.0], [0.0, 1.0]]]
+
+
+@pytest.mark.parametrize("cls", [CfC, CfCNoGate, CfS, CfCMMRNN])
+def test_last_and_mask_doubles_what_a_step_reads_and_reads_no_later_step(cls: type) -> None:
+    """The authors' PhysioNet inputs (train_physio.py in_features=41 * 2): 2C per step; a later
+    value changes no earlier output (per step), as with missing values read as 0."""
+    x = torch.randn(2, 6, C)
+    x[0, 1, 0] = x[1, 3, 2] = float("nan")
+    t = torch.arange(6.0).expand(2, 6)
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    model = small(cls, missing_values="last_and_mask", per_step=True).eval()
+    inputs = cls.prepare_inputs(x, t, mask, missing_values="last_and_mask")
+    assert inputs["x"].shape == (2, 6, 2 * C) and not inputs["x"].isnan().any()
+    later = x.clone()
+    later[:, 4:] += 5.0
+    changed = cls.prepare_inputs(later, t, mask, missing_values="last_and_mask")
+    assert torch.allclose(model(**inputs)[:, :4], model(**changed)[:, :4], atol=1e-6)
+    with pytest.raises(ValueError, match=rf"expected x \(B, L, {2 * C}\)"):
+        model(**cls.prepare_inputs(x, t, mask))  # the C-channel inputs of `zero`
 
 
 # ----------------------------------------------------------------------------------------- LTC

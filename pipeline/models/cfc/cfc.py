@@ -10,6 +10,16 @@ between observations as an input (the equations are in _cfc_cells.py):
 
 Options of the official configurations that change the model are arguments: `time_scale` (tau:
 dt is multiplied by it before it reaches the cell) and `init_gain` (xavier-uniform gain, `init`).
+
+`missing_values` says what a step reads where a channel was not measured:
+    "zero"           0, the standardised training mean (C inputs per step);
+    "last_and_mask"  the channel's last measured value (0 before its first) and a 0/1 flag of
+                     whether it was measured at this step (2C inputs per step). This is the
+                     authors' PhysioNet input (raminmh/CfC train_physio.py builds the model with
+                     `in_features=41 * 2`; torch_cfc.py Cfc.forward carries `forwarded_input`
+                     forward where mask is 0 and concatenates the mask). The paper does not
+                     print it; Table S2's configurations were tuned with it, so the PhysioNet
+                     references use it.
 """
 
 from __future__ import annotations
@@ -18,17 +28,33 @@ import torch
 from torch import nn
 
 from pipeline.models.cfc.cells import ACTIVATIONS, Backbone, CfCCell, CfSCell, CfSEq9Cell, MemoryLSTMCell
-from pipeline.models.base import SequenceModel, check_raw_inputs, gather_steps, last_valid_index
+from pipeline.models.base import SequenceModel, check_raw_inputs, elapsed_times, gather_steps, last_valid_index
+
+MISSING_VALUES = ("zero", "last_and_mask")
+
+
+def last_observed_and_mask(x: torch.Tensor) -> torch.Tensor:
+    """(N, L, C) values, NaN where not measured -> (N, L, 2C): per channel the last measured
+    value up to each step (0 before the first, so the step reads no later value), then the
+    0/1 flags of the channels measured at that step."""
+    observed = ~torch.isnan(x)
+    steps = torch.arange(x.shape[1], device=x.device).view(1, -1, 1).expand_as(x)
+    last = torch.where(observed, steps, torch.full_like(steps, -1)).cummax(dim=1).values  # (N, L, C)
+    carried = torch.nan_to_num(x, nan=0.0).gather(1, last.clamp(min=0))
+    carried = torch.where(last >= 0, carried, torch.zeros_like(carried))
+    return torch.cat([carried, observed.to(x.dtype)], dim=-1)
 
 
 class _ClosedFormRNN(SequenceModel):
     """Shared arguments, validation and step loop.
 
     forward(x (B, L, C), dt (B, L), mask (B, L)) -> (B, output_size), or (B, L, output_size)
-    with per_step; the per-sequence output is read at each row's last observed step.
+    with per_step; the per-sequence output is read at each row's last observed step. With
+    `missing_values: last_and_mask`, x is (B, L, 2C).
     """
 
     representation = "raw"
+    input_arguments = ("missing_values",)
 
     def __init__(
         self,
@@ -43,8 +69,13 @@ class _ClosedFormRNN(SequenceModel):
         backbone_dropout: float = 0.0,
         time_scale: float = 1.0,
         init_gain: float = 1.0,
+        missing_values: str = "zero",
     ) -> None:
         super().__init__(input_channels=input_channels, output_size=output_size, per_step=per_step)
+        if missing_values not in MISSING_VALUES:
+            raise ValueError(f"unknown missing_values {missing_values!r}; valid: {list(MISSING_VALUES)}")
+        # what one step reads: C values, or C carried values and C measured-flags
+        self.step_channels = input_channels * (2 if missing_values == "last_and_mask" else 1)
         _check_positive(hidden_size=hidden_size, backbone_units=backbone_units,
                         backbone_layers=backbone_layers, time_scale=time_scale, init_gain=init_gain)
         if backbone_activation not in ACTIVATIONS:
@@ -55,7 +86,7 @@ class _ClosedFormRNN(SequenceModel):
             raise ValueError(f"backbone_dropout must be in [0, 1), got {backbone_dropout}")
         self.hidden_size = hidden_size
         self.time_scale = time_scale
-        backbone = Backbone(input_channels, hidden_size, backbone_units, backbone_layers,
+        backbone = Backbone(self.step_channels, hidden_size, backbone_units, backbone_layers,
                             backbone_activation, backbone_dropout)
         self.cell = self._make_cell(backbone, hidden_size, init_gain)
         self.readout = nn.Linear(hidden_size, output_size)
@@ -63,8 +94,17 @@ class _ClosedFormRNN(SequenceModel):
     def _make_cell(self, backbone: Backbone, hidden_size: int, init_gain: float) -> nn.Module:
         raise NotImplementedError
 
+    @classmethod
+    def prepare_inputs(cls, x: torch.Tensor, t: torch.Tensor, mask: torch.Tensor,
+                       **model_kwargs: object) -> dict[str, torch.Tensor]:
+        """The raw inputs (SequenceModel.prepare_inputs); with `missing_values: last_and_mask`,
+        x (N, L, 2C) from `last_observed_and_mask`."""
+        if model_kwargs.get("missing_values", "zero") != "last_and_mask":
+            return super().prepare_inputs(x, t, mask, **model_kwargs)
+        return {"x": last_observed_and_mask(x), "dt": elapsed_times(t, mask), "mask": mask}
+
     def forward(self, x: torch.Tensor, dt: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        check_raw_inputs(x, dt, mask, self.input_channels)
+        check_raw_inputs(x, dt, mask, self.step_channels)
         # Per-step views via unbind: indexing part[step] in the loop would make every step's
         # backward allocate and fill a zero gradient of the whole (L, B, U) tensor.
         parts = [part.unbind(1) for part in self._project_inputs(x)]  # each L x (B, ...)
@@ -126,7 +166,7 @@ class CfS(_ClosedFormRNN):
 
     def _make_cell(self, backbone: Backbone, hidden_size: int, init_gain: float) -> nn.Module:
         if self.form == "eq9":
-            return CfSEq9Cell(self.input_channels, hidden_size, init_gain=init_gain)
+            return CfSEq9Cell(self.step_channels, hidden_size, init_gain=init_gain)
         return CfSCell(backbone, hidden_size, init_gain=init_gain)
 
 
@@ -138,7 +178,7 @@ class CfCMMRNN(_ClosedFormRNN):
 
     def __init__(self, *, forget_bias: float = 1.0, **kwargs: object) -> None:
         super().__init__(**kwargs)
-        self.memory = MemoryLSTMCell(self.input_channels, self.hidden_size, forget_bias)
+        self.memory = MemoryLSTMCell(self.step_channels, self.hidden_size, forget_bias)
 
     def _make_cell(self, backbone: Backbone, hidden_size: int, init_gain: float) -> nn.Module:
         return CfCCell(backbone, hidden_size, no_gate=False, init_gain=init_gain)
