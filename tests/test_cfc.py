@@ -101,11 +101,16 @@ def test_cf_s_printed_form_is_eq9_with_its_own_b_and_a_sigmoid_f() -> None:
         cell.w_tau.copy_(torch.tensor([[0.5, -0.2, 0.0, 1.0]]))
         cell.A.copy_(torch.tensor([[1.5, -0.5, 2.0, 0.3]]))
         cell.B.copy_(torch.tensor([[0.7, 1.0, -2.0, 0.1]]))
+        cell.bias.copy_(torch.tensor([[0.3, -0.4, 0.0, 0.8]]))
     x, h, dt = inputs()
-    f = torch.sigmoid(x @ cell.input_map.weight.T + cell.input_map.bias + h @ cell.recurrent_map.weight.T)
-    expected = cell.B * torch.exp(-(cell.w_tau.abs() + f) * dt) * f + cell.A
+
+    def f(state: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:  # one theta = {W_Ix, W_xx, b_x}
+        return torch.sigmoid(inp @ cell.input_map.weight.T + state @ cell.recurrent_map.weight.T + cell.bias)
+
+    expected = cell.B * torch.exp(-(cell.w_tau.abs() + f(h, x)) * dt) * f(-h, -x) + cell.A  # Eq. 9
     torch.testing.assert_close(step(model, x, h, dt), expected)
-    torch.testing.assert_close(step(model, x, h, torch.zeros(2, 1)), cell.B * f + cell.A)  # x(0) side
+    torch.testing.assert_close(step(model, x, h, torch.zeros(2, 1)), cell.B * f(-h, -x) + cell.A)  # x(0) side
+    assert not torch.allclose(f(-h, -x), 1 - f(h, x))  # the bias keeps its sign: not the complement
     with pytest.raises(ValueError, match=r"unknown form 'paper'; valid: \['code', 'eq9'\]"):
         small(CfS, form="paper")
 

@@ -12,8 +12,9 @@ Eq. 9 reads x(t) = B exp(-[w_tau + f] t) f(-x, -I) + A with B = x(0) - A; the of
 the rate non-negative with absolute values. We follow it by default (`CfSCell`, Cf-S `form:
 code`), because the paper's Cf-S numbers come from that code. `CfSEq9Cell` (`form: eq9`) is Eq. 9
 as printed: f one sigmoid layer of [x, I] (positive, bounded and monotonic, as Lemma 1 assumes;
-theta = {W_Ix, W_xx, b_x}; f(-x, -I) only flips the sign of its weights, which training absorbs),
-B a learned vector of its own, and no backbone.
+theta = {W_Ix, W_xx, b_x}), read twice with the same theta: f(x, I) in the rate and f(-x, -I) =
+sigmoid(-(W_Ix I + W_xx x) + b_x) as the factor (the bias keeps its sign, so the factor is not
+1 - f(x, I) and no weight can absorb the flip), B a learned vector of its own, and no backbone.
 The CfC gate likewise follows the code: s = sigmoid(f_a(u) dt + f_b(u)) has an offset head f_b,
 where Eq. 10's sigmoid(-f t) is 1/2 at t = 0; the Tables S1-S4 numbers come from the code. The
 mixed-memory cell (CfC-mmRNN) puts
@@ -130,12 +131,16 @@ class CfCCell(nn.Module):
 
 class CfSEq9Cell(nn.Module):
     """Eq. 9 as printed: (x_part (B, H), h (B, H), dt (B, 1)) -> h' (B, H) with
-    h' = B * exp(-(|w_tau| + f) dt) * f + A,   f = sigmoid(W_Ix x + W_xx h + b_x)."""
+
+        h' = B * exp(-(|w_tau| + f(h, x)) dt) * f(-h, -x) + A,   f(h, x) = sigmoid(W_Ix x + W_xx h + b_x)
+
+    (the paper's state x is h here, its input I the step's x); |w_tau| keeps the rate positive."""
 
     def __init__(self, input_size: int, hidden_size: int, init_gain: float) -> None:
         super().__init__()
-        self.input_map = nn.Linear(input_size, hidden_size)  # W_Ix, b_x
+        self.input_map = nn.Linear(input_size, hidden_size, bias=False)  # W_Ix
         self.recurrent_map = nn.Linear(hidden_size, hidden_size, bias=False)  # W_xx
+        self.bias = nn.Parameter(torch.zeros(1, hidden_size))  # b_x, outside the sign flip of f(-x, -I)
         self.w_tau = nn.Parameter(torch.zeros(1, hidden_size))
         self.A = nn.Parameter(torch.ones(1, hidden_size))
         self.B = nn.Parameter(-torch.ones(1, hidden_size))  # x(0) - A for x(0) = 0 at the start
@@ -146,8 +151,10 @@ class CfSEq9Cell(nn.Module):
         return self.input_map(x)
 
     def forward(self, x_part: torch.Tensor, h: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
-        f = torch.sigmoid(torch.addmm(x_part, h, self.recurrent_map.weight.t()))  # (B, H), in (0, 1)
-        return torch.addcmul(self.A, self.B * f, torch.exp(-dt * (self.w_tau.abs() + f)))
+        z = torch.addmm(x_part, h, self.recurrent_map.weight.t())  # W_Ix x + W_xx h, (B, H)
+        rate = torch.sigmoid(z + self.bias)  # f(x, I), in (0, 1)
+        factor = torch.sigmoid(self.bias - z)  # f(-x, -I), the same theta
+        return torch.addcmul(self.A, self.B * factor, torch.exp(-dt * (self.w_tau.abs() + rate)))
 
 
 class CfSCell(nn.Module):
