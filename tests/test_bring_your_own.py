@@ -81,7 +81,7 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 def test_the_readme_example_runs_the_user_s_family_beside_the_built_in_ones(example: tuple[Path, str]) -> None:
     root, out = example
-    assert f"{FAMILY}: 7 of 7 checks passed" in out
+    assert f"{FAMILY}: 8 of 8 checks passed" in out
     assert (root / "data" / "raw" / DATASET / "my_data.csv").read_bytes() == (root / "data" / "my_data.csv").read_bytes()
     lock = json.loads((root / "data" / "raw.lock").read_text())
     assert any(k.startswith(f"local:{DATASET}/") for k in lock)

@@ -3,6 +3,7 @@ set-a/<RecordID>.txt, Outcomes-a.txt), served over HTTP and prepared through the
 
 from __future__ import annotations
 
+import hashlib
 import io
 import tarfile
 from pathlib import Path
@@ -53,17 +54,28 @@ def filler(count: int) -> dict[int, tuple[int, bytes]]:
     return out
 
 
-def write_fixture(root: Path, stays: dict[int, tuple[int, bytes]], outcomes: dict[int, str] | None = None) -> None:
-    with tarfile.open(root / "set-a.tar.gz", "w:gz") as tar:
+def write_fixture(root: Path, stays: dict[int, tuple[int, bytes]], outcomes: dict[int, str] | None = None,
+                  letter: str = "a", listed: dict[int, tuple[int, bytes]] | None = None) -> None:
+    """set-<letter>.tar.gz of `stays` and Outcomes-<letter>.txt of `listed` (default: the same stays),
+    with the mirror's SHA256SUMS.txt, as PhysioNet serves them."""
+    with tarfile.open(root / f"set-{letter}.tar.gz", "w:gz") as tar:
         for rid, (_, data) in stays.items():
-            info = tarfile.TarInfo(f"set-a/{rid}.txt")
+            info = tarfile.TarInfo(f"set-{letter}/{rid}.txt")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     rows = [OUTCOMES_HEADER]
-    for rid, (label, _) in stays.items():
+    for rid, (label, _) in (stays if listed is None else listed).items():
         died = outcomes.get(rid, str(label)) if outcomes else str(label)
         rows.append(f"{rid},6,1,5,-1,{died}")
-    (root / "Outcomes-a.txt").write_text("\n".join(rows) + "\n")
+    (root / f"Outcomes-{letter}.txt").write_text("\n".join(rows) + "\n")
+    write_sums(root)
+
+
+def write_sums(root: Path) -> None:
+    """The publisher's checksum list of the fixture files, as PhysioNet's SHA256SUMS.txt lists them."""
+    files = sorted([*root.glob("set-*.tar.gz"), *root.glob("Outcomes-*.txt")])
+    (root / "SHA256SUMS.txt").write_text("".join(f"{hashlib.sha256(f.read_bytes()).hexdigest()} {f.name}\n"
+                                                 for f in files))
 
 
 @pytest.fixture
@@ -186,12 +198,14 @@ def test_record_without_outcome(tmp_path, http_server):
     write_fixture(http_server.root, {**SPECIAL, **filler(22)})
     outcomes = http_server.root / "Outcomes-a.txt"
     outcomes.write_text("\n".join(l for l in outcomes.read_text().splitlines() if not l.startswith("140007")) + "\n")
+    write_sums(http_server.root)
     _expect_error(tmp_path, http_server, r"record 140007 has no line in .*Outcomes-a\.txt")
 
 
 def test_corrupt_archive(tmp_path, served):
     data = (served.root / "set-a.tar.gz").read_bytes()
     (served.root / "set-a.tar.gz").write_bytes(data[: len(data) // 2])
+    write_sums(served.root)  # the mirror's list vouches for the broken file: the archive check catches it
     _expect_error(tmp_path, served, r"set-a\.tar\.gz")
 
 
@@ -204,3 +218,83 @@ def test_corrupt_archive_in_build(tmp_path):
     (raw / "set-a.tar.gz").write_bytes(data[: len(data) - 40])
     with pytest.raises(DataError, match=r"set-a\.tar\.gz: not a readable tar\.gz archive"):
         p12.build("physionet2012", Physionet2012Params(kind="physionet2012"), raw)
+
+
+# ------------------------------------------------------------------ sets b and c (issue 30, N6)
+
+
+def other_set(base: int, count: int) -> dict[int, tuple[int, bytes]]:
+    """`count` stays of another set, record IDs from `base` (unique across sets, as the challenge's)."""
+    return {base + k: (k % 2, record(base + k, 30 + k, [f"01:{k:02d},HR,{80 + k}", "02:00,Glucose,110"]))
+            for k in range(count)}
+
+
+def test_raw_files_of_every_listed_set():
+    files = p12.raw_files(Physionet2012Params(kind="physionet2012", sets=["a", "b", "c"]))
+    assert [f.filename for f in files] == ["set-a.tar.gz", "Outcomes-a.txt", "set-b.tar.gz", "Outcomes-b.txt",
+                                           "set-c.tar.gz", "Outcomes-c.txt"]
+    assert files[2].url == "https://physionet.org/files/challenge-2012/1.0.0/set-b.tar.gz?download"
+    assert {f.checksums_url for f in files} == {"https://physionet.org/files/challenge-2012/1.0.0/SHA256SUMS.txt"}
+    assert Physionet2012Params(kind="physionet2012").sets == ["a"]  # the CfC paper's set by default
+
+
+def test_sets_b_and_c_are_fetched_and_pooled(tmp_path, http_server):
+    write_fixture(http_server.root, {**SPECIAL, **filler(22)})
+    write_fixture(http_server.root, other_set(150000, 10), letter="b")
+    write_fixture(http_server.root, other_set(160000, 5), letter="c")
+    meta, ds = run(tmp_path, http_server, sets=["a", "b", "c"])
+    assert sum(meta.sizes.values()) == 40 and meta.provenance == ""
+    assert "set-a, set-b, set-c with Outcomes-a, Outcomes-b, Outcomes-c" in meta.source
+    assert sorted(p.name for p in (tmp_path / "raw" / "physionet2012").iterdir()) == [
+        "Outcomes-a.txt", "Outcomes-b.txt", "Outcomes-c.txt", "set-a.tar.gz", "set-b.tar.gz", "set-c.tar.gz"]
+    meta_a, _ = run(tmp_path / "only-a", http_server)  # the other sets in the mirror are not read
+    assert sum(meta_a.sizes.values()) == 25 and "set-b" not in meta_a.source
+
+
+def test_a_record_id_in_two_sets_is_an_error(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write_fixture(raw, {**SPECIAL, **filler(22)})
+    write_fixture(raw, {**other_set(150000, 4), 140003: filler(22)[140003]}, letter="b")
+    with pytest.raises(DataError, match=r"set-b\.tar\.gz: record 140003 appears twice \(also in set-a\.tar\.gz\)"):
+        p12.build("physionet2012", Physionet2012Params(kind="physionet2012", sets=["a", "b"]), raw)
+
+
+def test_a_listed_set_missing_from_the_raw_folder_is_named(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write_fixture(raw, {**SPECIAL, **filler(22)})
+    write_fixture(raw, other_set(150000, 4), letter="b")
+    (raw / "Outcomes-b.txt").unlink()
+    with pytest.raises(DataError, match=r"Outcomes-b\.txt: no such file; prepare\.physionet2012\.sets lists 'b'"):
+        p12.build("physionet2012", Physionet2012Params(kind="physionet2012", sets=["a", "b"]), raw)
+
+
+def test_completeness_counts_the_records_read_against_the_outcomes(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    stays, b = {**SPECIAL, **filler(22)}, other_set(150000, 10)
+    write_fixture(raw, stays)
+    write_fixture(raw, {k: v for k, v in b.items() if k not in (150001, 150004)}, letter="b", listed=b)
+    ds = p12.build("physionet2012", Physionet2012Params(kind="physionet2012", sets=["a", "b"]), raw)
+    assert ds.meta.provenance == "33 of 35 records (set-b: 8 of 10)"
+    assert p12.completeness({"a": (3996, 4000)}) == "3,996 of 4,000 records"
+    assert p12.completeness({"a": (4000, 4000), "b": (4000, 4000)}) == ""
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["a", "a"], r"key `prepare\.physionet2012\.sets`: lists \['a'\] more than once; allowed: each of "
+                 r"\['a', 'b', 'c'\] at most once"),
+    (["a", "d"], r"key `prepare\.physionet2012\.sets\.1`: Input should be 'a', 'b' or 'c'"),
+    ([], r"key `prepare\.physionet2012\.sets`: List should have at least 1 item"),
+])
+def test_sets_option_is_checked_in_one_line(tmp_path, sets, message):
+    from pipeline.config.params import params_from
+    from pipeline.errors import ConfigError
+    from tests.conftest import default_params
+
+    params = default_params()
+    params["prepare"]["physionet2012"]["sets"] = sets
+    with pytest.raises(ConfigError, match=message) as err:
+        params_from(params, tmp_path / "params.yaml")
+    assert "\n" not in str(err.value)

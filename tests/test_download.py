@@ -69,7 +69,7 @@ def test_pinned_checksum_wins(http_server, tmp_path: Path) -> None:
     data = _zip_bytes()
     (http_server.root / "d.zip").write_bytes(data)
     wrong = RawFile("https://example.org/d.zip", "d.zip", sha256="0" * 64)
-    with pytest.raises(DownloadError, match="expected 0000"):
+    with pytest.raises(DownloadError, match="differs from the publisher's 0000.*--unverified-copy"):
         fetch([wrong], tmp_path / "raw", tmp_path / "raw.lock", source=http_server.url, retries=1)
     assert not (tmp_path / "raw" / "d.zip").exists() and not (tmp_path / "raw.lock").exists()
     right = RawFile("https://example.org/d.zip", "d.zip", sha256=hashlib.sha256(data).hexdigest())
@@ -104,13 +104,13 @@ def test_local_mirror_directory_and_env_variable(http_server, tmp_path: Path, mo
         fetch([RawFile("https://example.org/g.zip", "g.zip")], tmp_path / "raw", tmp_path / "raw.lock")
 
 
-def test_published_checksum_list_is_checked(http_server, tmp_path: Path, capsys) -> None:
+def test_published_checksum_list_is_checked(http_server, tmp_path: Path) -> None:
     data = _zip_bytes()
     (http_server.root / "h.zip").write_bytes(data)
     f = RawFile("https://example.org/1.0/h.zip", "h.zip", checksums_url="https://example.org/1.0/SHA256SUMS.txt")
-    # No list served: a warning, and trust on first use as for any other file.
-    fetch([f], tmp_path / "raw0", tmp_path / "lock0", source=http_server.url)
-    assert "no published checksums" in capsys.readouterr().err
+    # A mirror without the list: refused (test_unverified_copy.py covers accepting it).
+    with pytest.raises(DownloadError, match=r"no published checksum list at .*SHA256SUMS\.txt.*--unverified-copy"):
+        fetch([f], tmp_path / "raw0", tmp_path / "lock0", source=http_server.url)
     listing = http_server.root / "SHA256SUMS.txt"
     listing.write_text(f"{'1' * 64}  other.txt\n{hashlib.sha256(data).hexdigest()}  h.zip\n")
     assert fetch([f], tmp_path / "raw1", tmp_path / "lock1", source=http_server.url)["h.zip"].read_bytes() == data
@@ -118,7 +118,7 @@ def test_published_checksum_list_is_checked(http_server, tmp_path: Path, capsys)
     fetch([f], tmp_path / "raw1", tmp_path / "lock1", source=http_server.url)
     assert len(http_server.requests) == n  # a recorded, matching file needs no network, not even the list
     listing.write_text(f"{'a' * 64}  sub/h.zip\n")  # the source says otherwise: refused
-    with pytest.raises(DownloadError, match=r"h\.zip.*expected aaaa"):
+    with pytest.raises(DownloadError, match=r"h\.zip.*differs from the publisher's aaaa"):
         fetch([f], tmp_path / "raw2", tmp_path / "lock2", source=http_server.url, retries=1)
     assert not (tmp_path / "raw2" / "h.zip").exists()
 

@@ -15,8 +15,8 @@ from pipeline.cli import app
 from pipeline.config import PromoteParams
 from pipeline.stores.paths import final_result_path, search_result_path
 from pipeline.registry.promote import promote, promote_dataset
-from pipeline.reporting.marks import (EDGE, FAILED, MIN_STEPS, MOSTLY_FAILED, NOT_CONVERGED, Mark, cell_marks, edge,
-                                      loss_falling, mostly_failed, not_converged, still_improving)
+from pipeline.reporting.marks import (EDGE, FAILED, MIN_STEPS, MOSTLY_FAILED, NOT_CAUSAL, NOT_CONVERGED, Mark,
+                                      cell_marks, edge, loss_falling, mostly_failed, not_converged, still_improving)
 from pipeline.reporting.report import report
 from tests.conftest import default_params, write_params
 from tests.test_promote import DATASET, _champion
@@ -329,3 +329,53 @@ def test_promote_refuses_a_mostly_failed_candidate_unless_forced(root: Path) -> 
     forced = promote_dataset(root, DATASET, [A, B], PromoteParams(), force=True)
     assert forced["alias_moved"] and forced["by_force"] and "mostly failed (4 of 6" in forced["reason"]
     assert _champion(root).tags["family"] == A
+
+
+# ---------------------------------------------------------------------- not causal (issue 30)
+
+HEAT, CDR = "cdr_nde_heat", "cdr_nde"
+
+
+@pytest.fixture
+def per_step(tmp_path: Path) -> Path:
+    """Dataset w, per step: cdr_nde_heat (its final record says it reads later steps; a paper figure
+    beside it) and cdr_nde (causal, the best)."""
+    from pipeline.final.stage import reads_later_steps
+
+    reason = reads_later_steps(HEAT, [{"lr": 1e-3}], per_step=True)
+    _write(final_result_path(tmp_path, "w", HEAT),
+           _ok_final(HEAT, [0.8, 0.82, 0.81], FLAT, reads_later_steps=reason))
+    _write(final_result_path(tmp_path, "w", CDR), _ok_final(CDR, [0.9, 0.92, 0.91], FLAT))
+    for family in (HEAT, CDR):
+        _write(search_result_path(tmp_path, "w", family),
+               {"status": "ok", "trials": [{"config": {"lr": 1e-3}, "best_val": 0.8}]})
+    (tmp_path / "references.yaml").write_text(
+        "sources:\n  p1: {citation: 'Someone 2023'}\nfigures:\n  - {dataset: w, family: cdr_nde_heat, "
+        "metric: accuracy, mean: 97.0, unit: percent, source: p1, where: Table 3}\n")
+    xor = default_params()["prepare"]["xor_event"]
+    write_params(tmp_path, {**default_params(), "datasets": ["w"], "families": [HEAT, CDR], "prepare": {"w": xor}})
+    return tmp_path
+
+
+LATER = ("reads later steps: not comparable on next-step prediction (the heat Laplacian of Eq. 14 couples h(t_i) "
+         "with h(t_{i+1}) in depth)")
+
+
+def test_a_family_that_reads_later_steps_is_marked_in_metrics_json_and_the_report(per_step: Path) -> None:
+    assert cell_marks(_ok_final(CDR, [0.9], FLAT)) == []  # records without the field: unmarked, as before
+    metrics = report(per_step, ["w"], [HEAT, CDR])
+    assert metrics["w"][HEAT]["marks"] == [{"mark": NOT_CAUSAL, "detail": LATER}]
+    assert metrics["w"][CDR]["marks"] == [] and metrics["w"][CDR]["best"]
+    md = (per_step / "reports" / "results.md").read_text()
+    assert f"| {HEAT} ¶ | 81.00 ± 1.00 | 81.00 ± 1.00 | 97.00 [1] ¶ |" in md  # ours and the paper's figure
+    assert f"| **{CDR}** (best) | 91.00 ± 1.00 |" in md
+    assert "¶ Not causal: on this per-step task the family's output at a step reads inputs after that step" in md
+    assert f"{HEAT}: {LATER}." in md
+
+
+def test_status_names_a_family_that_reads_later_steps(per_step: Path) -> None:
+    report(per_step, ["w"], [HEAT, CDR])
+    result = RUNNER.invoke(app, ["status", "--root", str(per_step)])
+    assert result.exit_code == 0  # a mark, not a failure
+    assert result.output.splitlines() == [f"w/{HEAT}: not_causal: {LATER}",
+                                          "ctsweep status: 2 cells, 0 failed, 1 marked"]

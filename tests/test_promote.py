@@ -186,3 +186,22 @@ def test_too_few_seeds_is_refused_with_the_reason(root: Path) -> None:
 def test_missing_final_result_names_the_stage(root: Path) -> None:
     with pytest.raises(CtsweepError, match=r"ctsweep final toy a"):
         promote_dataset(root, DATASET, ["a"], PromoteParams())
+
+
+def test_a_model_trained_on_an_unverified_copy_says_so_in_its_description_and_tags(root: Path) -> None:
+    note = "local copy, not verified against the publisher (set-a.tar.gz); 3,996 of 4,000 records"
+    record = _final(root, "a", 0.80)
+    final_result_path(root, DATASET, "a").write_text(json.dumps({**record, "data_provenance": note}))
+    decision = promote_dataset(root, DATASET, ["a"], PromoteParams(seeds_required=5))
+    client = MlflowClient(tracking.tracking_uri(root))
+    version = client.get_model_version(decision["registered_model"], str(decision["candidate_version"]))
+    assert version.description.endswith(f"over 5 seeds; data: {note}")
+    assert version.tags["data_provenance"] == note
+
+
+def test_a_model_trained_on_verified_data_has_no_data_note(root: Path) -> None:
+    _final(root, "a", 0.80)
+    decision = promote_dataset(root, DATASET, ["a"], PromoteParams(seeds_required=5))
+    version = MlflowClient(tracking.tracking_uri(root)).get_model_version(decision["registered_model"],
+                                                                          str(decision["candidate_version"]))
+    assert "data:" not in version.description and "data_provenance" not in version.tags

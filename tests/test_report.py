@@ -207,3 +207,16 @@ def test_a_record_whose_mlflow_run_is_gone_gets_a_warning_and_the_others_their_r
     assert f"results/d/final/b.json names MLflow run {'0' * 32}" in err and "ctsweep final d b" in err
     assert "report/results.md" in {f.path for f in client.list_artifacts(run_id, "report")}
     assert (project / "reports" / "results.md").exists()
+
+
+def test_data_that_is_not_as_published_is_named_under_its_table_and_in_the_provenance(project: Path) -> None:
+    report(project, ["d"], ["a", "b"])
+    assert "**Data:**" not in (project / "reports" / "results.md").read_text()  # verified data: nothing added
+    note = "local copy, not verified against the publisher (set-a.tar.gz); 3,996 of 4,000 records"
+    for family in ("a", "b"):
+        path = final_result_path(project, "d", family)
+        path.write_text(json.dumps({**json.loads(path.read_text()), "data_provenance": note}))
+    report(project, ["d"], ["a", "b"])
+    text = (project / "reports" / "results.md").read_text()
+    assert f"**Data:** {note} (data/raw.lock says why)." in text
+    assert f"- data of `d`: {note}" in text.split("## Provenance", 1)[1]

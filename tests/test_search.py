@@ -143,7 +143,7 @@ def test_the_time_limit_error_names_the_key_that_set_the_limit(family_limits: di
 
 def test_the_searched_dataset_s_reference_runs_first_with_its_fixed_values(root: Path) -> None:
     """CfC on a dataset named physionet2012 searches Table S2's configuration first, with its
-    class weight (fixed for that dataset only) and the paper's AdamW and lr decay."""
+    class weight and the authors' inputs (fixed for that dataset only) and the paper's AdamW and lr decay."""
     save_dataset(processed_dir(root, "physionet2012"),
                  build_xor("physionet2012", XorParams(kind="xor", n_train=60, n_test=20, seed=3)))
     p = SearchParams(num_samples=1, max_concurrent=1, epochs=1, asha={"grace_period": 1})
@@ -151,7 +151,7 @@ def test_the_searched_dataset_s_reference_runs_first_with_its_fixed_values(root:
     [trial] = record["trials"]
     assert record["reference"]["optimizer"] == "adamw" and record["reference"]["hidden_size"] == 256
     assert trial["status"] == "ok" and record["status"] == "ok"
-    assert trial["config"] == {**record["reference"], "pos_weight": 11.69}
+    assert trial["config"] == {**record["reference"], "pos_weight": 11.69, "missing_values": "last_and_mask"}
     space = load_space(root / "search_spaces" / "cfc.yaml")  # the searched keys with their ranges, no fixed key
     assert set(record["space"]) == set(space.params) and "pos_weight" not in record["space"]
     assert record["space"]["lr"] == {"type": "float", "low": space.params["lr"].low,

@@ -170,7 +170,8 @@ def test_the_template_family_passes_check_family_as_written(tmp_path: Path) -> N
     result = CliRunner().invoke(app, ["check-family", "my-gru", "--root", str(tmp_path)])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert [line.split()[0] for line in lines[:7]] == ["PASS"] * 7 and "7 of 7 checks passed" in lines[-1]
+    assert [line.split()[0] for line in lines[:8]] == ["PASS"] * 8 and "8 of 8 checks passed" in lines[-1]
+    assert lines[5] == "PASS  causality: largest change of an output up to step i when inputs after i change: 0"
     # The test it wrote runs and passes (in its own pytest, as the user would run it).
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_family_my_gru.py"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600,

@@ -64,31 +64,45 @@ SOURCE = typer.Option(
     None, "--source", envvar="CTSWEEP_DATA_SOURCE",
     help="A local directory, file or http(s) URL prefix holding the raw files by name (a mirror).",
 )
+UNVERIFIED_COPY = typer.Option(
+    False, "--unverified-copy", envvar="CTSWEEP_UNVERIFIED_COPY",
+    help="Use a mirror's copy that the publisher's checksums cannot vouch for (no checksum list there, or a "
+         "rebuilt archive), marked unverified in data/raw.lock and in every result made from it.",
+)
 
 
 @app.command()
 @_stage
-def fetch(dataset: str = DATASET, source: Optional[str] = SOURCE, root: Path = ROOT) -> None:
+def fetch(dataset: str = DATASET, source: Optional[str] = SOURCE, unverified_copy: bool = UNVERIFIED_COPY,
+          root: Path = ROOT) -> None:
     """Download (or verify) the raw files of DATASET into data/raw/DATASET."""
     _names(dataset=dataset)
-    from pipeline.data.prepare import fetch as run
+    from pipeline.data.prepare import fetch as run, unverified_raw_files
 
     base, params = _params(root)
-    paths = run(dataset_params(params, dataset), raw_dir(base, dataset), raw_lock_path(base), source)
-    typer.echo(f"fetched {dataset}: {len(paths)} raw file(s) verified in {raw_dir(base, dataset)}")
+    p = dataset_params(params, dataset)
+    paths = run(p, raw_dir(base, dataset), raw_lock_path(base), source, unverified_copy)
+    unverified = unverified_raw_files(p, raw_lock_path(base))
+    if not unverified:
+        typer.echo(f"fetched {dataset}: {len(paths)} raw file(s) verified in {raw_dir(base, dataset)}")
+        return
+    typer.echo(f"fetched {dataset}: {len(paths)} raw file(s) in {raw_dir(base, dataset)}, {len(unverified)} of them "
+               f"unverified copies ({', '.join(sorted(unverified))}: see {raw_lock_path(base)})")
 
 
 @app.command()
 @_stage
-def prepare(dataset: str = DATASET, source: Optional[str] = SOURCE, root: Path = ROOT) -> None:
+def prepare(dataset: str = DATASET, source: Optional[str] = SOURCE, unverified_copy: bool = UNVERIFIED_COPY,
+            root: Path = ROOT) -> None:
     """Build data/processed/DATASET from its params.yaml section (fetching raw files if missing)."""
     _names(dataset=dataset)
     from pipeline.data.prepare import prepare as run
 
     base, params = _params(root)
     meta = run(dataset, dataset_params(params, dataset), processed_dir(base, dataset), raw_dir(base, dataset),
-               raw_lock_path(base), source)
-    typer.echo(f"prepared {dataset}: {meta.sizes} -> {processed_dir(base, dataset)}")
+               raw_lock_path(base), source, unverified_copy)
+    typer.echo(f"prepared {dataset}: {meta.sizes} -> {processed_dir(base, dataset)}"
+               + (f" (data: {meta.provenance})" if meta.provenance else ""))
 
 
 @app.command()
@@ -346,8 +360,9 @@ def check_family_command(
     root: Path = ROOT,
 ) -> None:
     """Check NAME against the model contract: input representation, output shapes per sequence and
-    per step, padding, one training step, save and reload as an MLflow model. Prints each check
-    with PASS or the reason it failed; exit status 1 if one failed."""
+    per step, padding, causality per step (no output reads a later input, unless the family says
+    it does), one training step, save and reload as an MLflow model. Prints each check with PASS
+    or the reason it failed; exit status 1 if one failed."""
     _names(name=name)
     from pipeline.families.check import check_family, summary
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from pipeline.config.base import Name, Seed, _few, _Strict
 
@@ -107,15 +107,31 @@ class SepsisParams(_Strict):
     precompute: list[PrecomputeSpec] = Field(default_factory=list, max_length=MAX_PRECOMPUTE)
 
 
+PHYSIONET2012_SETS = ("a", "b", "c")  # all three published with their outcomes (pipeline/data/kinds/physionet2012.py)
+
+
 class Physionet2012Params(_Strict):
-    """PhysioNet/CinC 2012 in-hospital mortality, set-a with Outcomes-a, first 48 hours."""
+    """PhysioNet/CinC 2012 in-hospital mortality: set-a with Outcomes-a (and sets b, c when listed), first 48 hours."""
 
     kind: Literal["physionet2012"]
+    sets: list[Literal["a", "b", "c"]] = Field(
+        default_factory=lambda: ["a"], min_length=1, max_length=len(PHYSIONET2012_SETS),
+        description="the challenge's sets to fetch and pool, each with its Outcomes file: [a] (4,000 stays; CfC, "
+        "Hasani et al. 2022) or up to [a, b, c] (12,000 stays; Kohan et al.)")
     max_hours: float = Field(48.0, gt=0, le=100_000)
     quantization: float = Field(
         0.016, gt=0, le=100_000, description="hours observation times are rounded to (CfC 0.016; Rubanova 0.1)")
     seed: Seed = 0
     precompute: list[PrecomputeSpec] = Field(default_factory=list, max_length=MAX_PRECOMPUTE)
+
+    @field_validator("sets")
+    @classmethod
+    def _each_set_once(cls, sets: list[str]) -> list[str]:
+        twice = sorted({s for s in sets if sets.count(s) > 1})
+        if twice:  # record IDs are unique across the sets: a set listed twice would pool each stay twice
+            raise ValueError(f"lists {_few(twice)} more than once; allowed: each of {list(PHYSIONET2012_SETS)} "
+                             f"at most once")
+        return sets
 
 
 # The person_activity defaults that differ between variants; `odelstm`'s are the fields' own.

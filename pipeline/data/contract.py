@@ -6,7 +6,9 @@
                                        mask (N, L) bool, True at observed steps
                                        y (N,) int64 labels, (N, L) int64 per-step labels, or
                                        (N, O) / (N, L, O) float regression targets
-        meta.json                      task, metric, output size, channels, normalisation, sizes
+        meta.json                      task, metric, output size, channels, normalisation, sizes;
+                                       provenance, only where the data falls short of the
+                                       publisher's (unverified copy, missing records: provenance.py)
         inputs/                        optional: model inputs precomputed in prepare (inputs.py)
 
 Static features (age, ICU unit, ...) are the last channels of x, listed in meta.static_channels,
@@ -83,6 +85,9 @@ class Meta:
     # every family reads them through a learned embedding of this size (models/embedding.py).
     vocab_size: int = 0
     embedding_size: int = 0
+    # Where the data falls short of the publisher's ("local copy, not verified against the
+    # publisher (...); 3,996 of 4,000 records"), pipeline/data/provenance.py; "" when it does not.
+    provenance: str = ""
 
     @property
     def mode(self) -> str:
@@ -153,7 +158,7 @@ def save_dataset(folder: Path, dataset: Dataset, extra: Callable[[Path], None] |
     try:
         for name, split in dataset.splits.items():
             np.savez_compressed(tmp / f"{name}.npz", x=split.x, t=split.t, mask=split.mask, y=split.y)
-        (tmp / "meta.json").write_text(json.dumps(asdict(dataset.meta), indent=2) + "\n")
+        (tmp / "meta.json").write_text(meta_json(dataset.meta))
         if extra is not None:
             extra(tmp)
         tmp.chmod(new_mode(folder=True))  # mkdtemp's 0700 would hide the dataset from other users
@@ -171,6 +176,17 @@ def save_dataset(folder: Path, dataset: Dataset, extra: Callable[[Path], None] |
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# Fields written to meta.json only when set: meta.json of data as published keeps the bytes it had
+# before they existed, and with them the fingerprints of the searches and final stages built on it.
+_OMITTED_WHEN_EMPTY = ("provenance",)
+
+
+def meta_json(meta: Meta) -> str:
+    """meta.json's text."""
+    data = {k: v for k, v in asdict(meta).items() if v or k not in _OMITTED_WHEN_EMPTY}
+    return json.dumps(data, indent=2) + "\n"
 
 
 def load_meta(folder: Path) -> Meta:

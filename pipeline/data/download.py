@@ -6,23 +6,30 @@ matches what we know of it, in this order:
   1. a checksum the source publishes: pinned in the dataset module (`RawFile.sha256`), or read
      from the list the source serves beside the file (`RawFile.checksums_url`, a sha256sum-style
      SHA256SUMS.txt as PhysioNet publishes for every project);
-  2. the checksum recorded in the committed lock file (data/raw.lock) by the first complete
-     download (trust on first use, as `dvc import-url` records an md5).
+  2. the checksum recorded in the committed lock file (data/raw.lock, raw_lock.py) by the first
+     complete download (trust on first use, as `dvc import-url` records an md5).
 A file with neither is checked for integrity (a zip's CRCs, a tar.gz read to its end), and its
 checksum is then recorded. A mismatch is retried (the partial file is discarded), then reported;
 a wrong file is never moved into place, so it is never preprocessed.
 
 Mirrors, for clusters without internet: `source` (the `--source` option, or the environment
 variable CTSWEEP_DATA_SOURCE) is a local directory or an http(s) URL prefix that holds the
-files under their file names. Files are verified the same way wherever they come from.
+files under their file names, and the publisher's checksum list under its own file name.
+
+Unverified copies. A mirror's file that has a publisher checksum (pinned, or a list) but cannot be
+checked against it (the mirror holds no list, or the file differs: a rebuilt archive, a subset) is
+refused with one line naming `--unverified-copy`. With it (or CTSWEEP_UNVERIFIED_COPY=1, for
+`dvc repro`) the copy is used and its lock entry is marked `unverified` with the reason; prepare
+carries the mark into the dataset's provenance (meta.json) and from there into every run and
+result made from it. The mark lives in the lock file, so later fetches need no option to use the
+same copy again; a fetch that verifies a file for the same URL drops it. Files without any
+publisher checksum, and files fetched from the publisher's own URL, are trusted as described
+above, as before.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
-import json
 import os
 import shutil
 import sys
@@ -30,20 +37,23 @@ import tarfile
 import time
 import zipfile
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import requests
 from tqdm import tqdm
 
-from pipeline.errors import CorruptInputError, DataError, DownloadError
-from pipeline.stores.files import json_problem, read_json
-from pipeline.stores.schema import MapOf, problem
+from pipeline.data.raw_lock import PUBLISHER_SHA256, UNVERIFIED, entry_of, read_lock, record, record_copies
+from pipeline.errors import ConfigError, DataError, DownloadError
 
 SOURCE_ENV = "CTSWEEP_DATA_SOURCE"
+UNVERIFIED_ENV = "CTSWEEP_UNVERIFIED_COPY"
+UNVERIFIED_OPTION = "--unverified-copy"  # on `ctsweep fetch` and `ctsweep prepare` (pipeline/cli/app.py)
 _CHUNK = 1 << 20
 _NET_CHUNK = 1 << 14
+
+__all__ = ["RawFile", "fetch", "read_lock", "record_copies", "sha256_of", "check_integrity", "publisher_sha256",
+           "allowed_by_env", "SOURCE_ENV", "UNVERIFIED_ENV", "UNVERIFIED_OPTION"]
 
 
 class _NotFound(DownloadError):
@@ -52,6 +62,10 @@ class _NotFound(DownloadError):
 
 class _Truncated(DownloadError):
     """The connection dropped: the partial file is kept and the next attempt resumes it."""
+
+
+class _Unverifiable(DownloadError):
+    """A mirror's copy the publisher's checksums cannot vouch for, not accepted: retrying cannot help."""
 
 
 @dataclass(frozen=True)
@@ -97,62 +111,25 @@ def check_integrity(path: Path, name: str) -> None:
         raise DataError(f"{name}: not a readable archive ({exc}); the download is corrupt or truncated") from exc
 
 
-# ---------------------------------------------------------------------------------- lock file
+# ---------------------------------------------------------------------------------- checks
 
 
-@contextlib.contextmanager
-def _locked(lock_path: Path) -> Iterator[dict]:
-    """The lock file's entries, under an exclusive lock; written back atomically on exit."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path.with_name(lock_path.name + ".flock"), "w") as guard:
-        fcntl.flock(guard, fcntl.LOCK_EX)
-        entries = read_lock(lock_path)
-        before = json.dumps(entries, sort_keys=True)
-        yield entries
-        if json.dumps(entries, sort_keys=True) != before:
-            tmp = lock_path.with_name(f".{lock_path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(entries, indent=2, sort_keys=True) + "\n")
-            os.replace(tmp, lock_path)
+@dataclass(frozen=True)
+class Published:
+    """The publisher's checksum of a file: `sha256`, read at `where`; or None and why (`where`)."""
+
+    sha256: str | None
+    where: str
+    error: str = ""  # why the list could not be read (for the warning of a publisher's own URL)
 
 
-_LOCK_SPEC = MapOf({"sha256": str, "filename?": str, "size?": int})
-
-
-def read_lock(lock_path: Path) -> dict:
-    """The lock file's entries {url: {"sha256", ...}} ({} before the first download). A truncated or
-    hand-edited file raises CorruptInputError: trusting a damaged checksum list would be worse."""
-    if not lock_path.exists():
-        return {}
-    try:
-        entries = read_json(lock_path)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _corrupt_lock(lock_path, json_problem(exc)) from None
-    why = problem(entries, _LOCK_SPEC) or _bad_digest(entries)
-    if why is not None:
-        raise _corrupt_lock(lock_path, why)
-    return entries
-
-
-def _corrupt_lock(lock_path: Path, why: str) -> CorruptInputError:
-    """The lock file is committed, so git holds its last good copy; without it, `fetch` records
-    the checksums again from the files it then downloads (trust on first use)."""
-    return CorruptInputError(f"{lock_path} is corrupt ({why}); restore it with `git checkout -- {lock_path}`, "
-                             f"or delete it and rerun `ctsweep fetch <dataset>` to record the checksums again")
-
-
-def _bad_digest(entries: dict) -> str | None:
-    for url, entry in entries.items():
-        digest = entry["sha256"]
-        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-            return f"{url}.sha256 is {digest!r}, expected 64 hexadecimal digits"
-    return None
-
-
-def published_sha256(file: RawFile, source: str | None) -> str | None:
-    """This file's line in the source's published checksum list (fetched from the mirror when
-    one is given); None when there is no list, it cannot be read, or it does not name the file."""
+def publisher_sha256(file: RawFile, source: str | None) -> Published:
+    """The pinned checksum, else this file's line in the publisher's checksum list (read from the
+    mirror when one is given); the sha256 is None when there is none, with the reason."""
+    if file.sha256:
+        return Published(file.sha256, "pinned in the dataset module")
     if not file.checksums_url:
-        return None
+        return Published(None, f"the publisher lists no checksum for {file.filename}")
     listing = RawFile(file.checksums_url, file.checksums_url.rsplit("/", 1)[-1])
     origin = _origin(listing, source)
     try:
@@ -162,39 +139,80 @@ def published_sha256(file: RawFile, source: str | None) -> str | None:
             text = response.text
         else:
             text = Path(origin).read_text()
-    except (requests.RequestException, OSError) as exc:
-        print(f"ctsweep: warning: no published checksums from {origin} ({exc}); using {file.filename}'s "
-              f"recorded checksum", file=sys.stderr)
-        return None
+    except (requests.RequestException, OSError, UnicodeDecodeError) as exc:
+        return Published(None, f"no published checksum list at {origin}", str(exc))
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 2 and (parts[1].lstrip("*") == file.filename or parts[1].endswith("/" + file.filename)):
-            return parts[0].lower()
-    return None
+            return Published(parts[0].lower(), origin)
+    return Published(None, f"the published checksum list at {origin} does not name {file.filename}")
 
 
-def expected_sha256(file: RawFile, lock_path: Path, source: str | None = None) -> str | None:
-    """The pinned or published checksum, else the recorded one, else None (first use)."""
-    if file.sha256:
-        return file.sha256
-    return published_sha256(file, source) or _recorded_sha256(file, lock_path)
+@dataclass(frozen=True)
+class _Check:
+    """What a fetched copy of a file is checked against, and what may be used unverified."""
+
+    expected: str | None  # the checksum it must have; None: trusted on first use
+    from_publisher: bool  # `expected` is the publisher's (pinned or listed), not the lock file's
+    where: str  # where the publisher's checksum was read, or why there is none
+    guarded: bool  # from a mirror and published with a checksum: unverifiable only with the user's word
+    accepted: dict | None  # the lock entry of a copy the user accepted unverified earlier
+    allow: bool  # the user accepts an unverifiable copy (--unverified-copy)
 
 
-def _recorded_sha256(file: RawFile, lock_path: Path) -> str | None:
-    with _locked(lock_path) as entries:
-        return entries.get(file.url, {}).get("sha256")
+def _check_for(file: RawFile, entry: dict | None, published: Published, source: str | None, allow: bool) -> _Check:
+    accepted = entry if entry is not None and UNVERIFIED in entry else None
+    # Only a mirror's copy needs the user's word: the publisher's own URL keeps trust on first use,
+    # except where it would replace a copy accepted unverified (that mark is not dropped unchecked).
+    guarded = bool(source) and bool(file.sha256 or file.checksums_url) or accepted is not None
+    if published.sha256:
+        return _Check(published.sha256, True, published.where, guarded, accepted, allow)
+    # the lock file's checksum, unless it is an accepted copy's: that one vouches for nothing
+    recorded = entry["sha256"] if entry is not None and accepted is None else None
+    if published.error and not guarded:
+        print(f"ctsweep: warning: {published.where} ({published.error}); using {file.filename}'s recorded checksum"
+              f"{'' if recorded else ' (none yet: trusted on first use)'}", file=sys.stderr)
+    return _Check(recorded, False, published.where, guarded, accepted, allow)
 
 
-def _record(file: RawFile, digest: str, size: int, origin: str, lock_path: Path) -> None:
-    with _locked(lock_path) as entries:
-        known = entries.get(file.url, {}).get("sha256")
-        if known and known != digest:  # another process recorded a different file meanwhile
-            raise DownloadError(f"{file.filename}: sha256 {digest} differs from {known} recorded in {lock_path}")
-        if not known:
-            entries[file.url] = {
-                "filename": file.filename, "sha256": digest, "size": size, "first_from": origin,
-                "recorded": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-            }
+def _verify(part: Path, file: RawFile, check: _Check, origin: str,
+            lock_path: Path) -> tuple[str, str | None, str | None]:
+    """Check `part`; return (its sha256, why it is unverified or None, the publisher's checksum it
+    differs from). Raises DownloadError on a mismatch, _Unverifiable for a copy not accepted."""
+    digest = sha256_of(part)
+    if check.expected and digest == check.expected:
+        check_integrity(part, file.filename)
+        return digest, None, None
+    if check.accepted is not None and digest == check.accepted["sha256"]:
+        check_integrity(part, file.filename)  # the very copy accepted before: it needs no option again
+        return digest, check.accepted[UNVERIFIED], check.accepted.get(PUBLISHER_SHA256)
+    if check.expected and not (check.guarded and check.from_publisher):
+        raise DownloadError(f"{file.filename}: sha256 {digest} does not match the expected {check.expected}")
+    if not check.guarded:  # nothing to check it against: trust on first use
+        check_integrity(part, file.filename)
+        return digest, None, None
+    why = (f"sha256 differs from the publisher's {check.expected} ({check.where})" if check.expected
+           else check.where)
+    check_integrity(part, file.filename)  # a copy that does not read to its end is corrupt, accepted or not
+    if not check.allow:
+        raise _Unverifiable(f"{file.filename} from {origin} (sha256 {digest}) cannot be verified against the "
+                            f"publisher: {why}; to use this copy anyway, marked unverified in {lock_path} and in "
+                            f"every result made from it, pass {UNVERIFIED_OPTION} (or set {UNVERIFIED_ENV}=1)")
+    return digest, why, check.expected
+
+
+def allowed_by_env() -> bool:
+    """CTSWEEP_UNVERIFIED_COPY as a flag (for `dvc repro`, which runs the stages without options)."""
+    value = os.environ.get(UNVERIFIED_ENV, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"environment variable {UNVERIFIED_ENV} is {value!r}; allowed: 1, true, yes, on "
+                      f"(accept unverified copies) or 0, false, no, off, empty")
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
 # ---------------------------------------------------------------------------------- transfer
@@ -252,31 +270,34 @@ def _copy_local(path: Path, part: Path) -> None:
     shutil.copyfile(path, part)
 
 
-def _verify(part: Path, file: RawFile, expected: str | None) -> str:
-    """Check `part` against the expected checksum (or, on first use, its integrity); return its sha256."""
-    digest = sha256_of(part)
-    if expected and digest != expected:
-        raise DownloadError(f"{file.filename}: sha256 {digest} does not match the expected {expected}")
-    check_integrity(part, file.filename)
-    return digest
-
-
-def _fetch_one(file: RawFile, raw_dir: Path, lock_path: Path, source: str | None,
+def _fetch_one(file: RawFile, raw_dir: Path, lock_path: Path, source: str | None, allow: bool,
                retries: int, timeout: float) -> Path:
     dest = raw_dir / file.filename
     digest = sha256_of(dest) if dest.exists() else None
-    if digest is not None and digest == (file.sha256 or _recorded_sha256(file, lock_path)):
+    entry = entry_of(file.url, lock_path)
+    if digest is not None and entry is not None and digest == entry["sha256"] and UNVERIFIED in entry:
+        return _recheck(file, dest, digest, entry, lock_path, source, allow, retries, timeout)
+    if digest is not None and digest == (file.sha256 or (entry or {}).get("sha256")):
         return dest  # verified when it was recorded: no network needed to use it again
-    expected = expected_sha256(file, lock_path, source)
+    published = publisher_sha256(file, source)
+    check = _check_for(file, entry, published, source, allow)
     if digest is not None:
-        if expected is None or digest == expected:
-            if expected is None:
+        verified = check.expected is not None and digest == check.expected
+        if verified or (check.expected is None and not check.guarded):
+            if not verified:
                 check_integrity(dest, file.filename)
-                _record(file, digest, dest.stat().st_size, str(dest), lock_path)
+            if entry is None or UNVERIFIED in entry:  # a verified entry of another file stays (as before)
+                record(file.url, file.filename, digest, dest.stat().st_size, str(dest), lock_path)
             return dest
-        # A stale or corrupt copy: fetch again; it is replaced only by a verified file.
-    origin = _sibling_copy(file, raw_dir, expected) or _origin(file, source)
-    part = raw_dir / f".{file.filename}.part"
+        # A stale, corrupt or unverifiable copy: fetch again; it is replaced only by a file that passes.
+    origin = _sibling_copy(file, raw_dir, check.expected) or _origin(file, source)
+    return _transfer(file, raw_dir, lock_path, origin, check, retries, timeout)
+
+
+def _transfer(file: RawFile, raw_dir: Path, lock_path: Path, origin: str, check: _Check, retries: int,
+              timeout: float) -> Path:
+    """Fetch `file` from `origin` into raw_dir, check it, record it and move it into place."""
+    dest, part = raw_dir / file.filename, raw_dir / f".{file.filename}.part"
     error: Exception | None = None
     for attempt in range(retries):
         try:
@@ -284,10 +305,13 @@ def _fetch_one(file: RawFile, raw_dir: Path, lock_path: Path, source: str | None
                 _download(origin, part, timeout)
             else:
                 _copy_local(Path(origin), part)
-            digest = _verify(part, file, expected)
-            _record(file, digest, part.stat().st_size, origin, lock_path)
-            os.replace(part, dest)  # atomic: dest is either absent, the old file or the verified one
+            digest, why, theirs = _verify(part, file, check, origin, lock_path)
+            record(file.url, file.filename, digest, part.stat().st_size, origin, lock_path, why, theirs)
+            os.replace(part, dest)  # atomic: dest is either absent, the old file or the checked one
             return dest
+        except _Unverifiable:
+            part.unlink(missing_ok=True)
+            raise  # the copy is what it is: only the user's word changes the outcome
         except (DownloadError, DataError, requests.RequestException) as exc:
             error = exc
             if not isinstance(exc, (_Truncated, requests.RequestException)):
@@ -299,29 +323,48 @@ def _fetch_one(file: RawFile, raw_dir: Path, lock_path: Path, source: str | None
     raise DownloadError(f"{file.filename} from {origin}: failed after {retries} attempt(s): {error}") from error
 
 
+def _recheck(file: RawFile, dest: Path, digest: str, entry: dict, lock_path: Path, source: str | None,
+             allow: bool, retries: int, timeout: float) -> Path:
+    """A copy accepted unverified, in place: verified now when the publisher's checksum can be read
+    and matches; replaced when its origin offers another file that passes; else used as it is
+    (the accepted mark needs no option again), with a note on stderr."""
+    published = publisher_sha256(file, source)
+    if published.sha256 == digest:  # the publisher vouches for it after all: the mark goes
+        record(file.url, file.filename, digest, dest.stat().st_size, entry.get("first_from", str(dest)), lock_path)
+        return dest
+    origin = _origin(file, source)
+    note = ""
+    if _another_candidate(origin, digest, entry, published):
+        try:
+            return _transfer(file, dest.parent, lock_path, origin, _check_for(file, entry, published, source, allow),
+                             retries, timeout)
+        except DataError as exc:  # the accepted copy stays usable: a candidate that fails is only reported
+            note = f"; {origin} was not used instead: {exc}"
+    print(f"ctsweep: note: {file.filename}: using the copy accepted as unverified in {lock_path.name} "
+          f"({entry[UNVERIFIED]}){note}", file=sys.stderr)
+    return dest
+
+
+def _another_candidate(origin: str, digest: str, entry: dict, published: Published) -> bool:
+    """Whether `origin` may hold a different file than the accepted copy: a local file that differs
+    from it, or a URL the copy did not come from, or one whose publisher checksum changed since."""
+    if not origin.startswith(("http://", "https://")):
+        path = Path(origin)
+        return path.is_file() and sha256_of(path) != digest
+    return published.sha256 is not None and (origin != entry.get("first_from")
+                                              or published.sha256 != entry.get(PUBLISHER_SHA256))
+
+
 def fetch(files: Sequence[RawFile], raw_dir: Path, lock_path: Path, source: str | None = None,
-          retries: int = 4, timeout: float = 60.0) -> dict[str, Path]:
-    """Make every file present and verified in raw_dir; return {filename: path}.
+          retries: int = 4, timeout: float = 60.0, allow_unverified: bool = False) -> dict[str, Path]:
+    """Make every file present and checked in raw_dir; return {filename: path}.
 
     Files already there and matching their checksum are not fetched again. `source` defaults to
-    the environment variable CTSWEEP_DATA_SOURCE.
+    the environment variable CTSWEEP_DATA_SOURCE, `allow_unverified` (use a mirror's copy that the
+    publisher's checksums cannot vouch for, marked so in the lock file) to CTSWEEP_UNVERIFIED_COPY.
     """
     source = source or os.environ.get(SOURCE_ENV) or None
+    allow_unverified = allow_unverified or allowed_by_env()
     read_lock(lock_path)  # a damaged lock file is reported now, not after the downloads
     raw_dir.mkdir(parents=True, exist_ok=True)
-    return {f.filename: _fetch_one(f, raw_dir, lock_path, source, retries, timeout) for f in files}
-
-
-def record_copies(lock_path: Path, prefix: str, entries: dict[str, dict]) -> None:
-    """Make the lock file's entries under keys starting with `prefix` exactly `entries`.
-
-    For copies of a user's own files (the `local` kind): unlike a download's, their checksum
-    follows the file, so a changed file replaces its entry instead of failing the fetch, and the
-    entry of a file no longer used goes. Unchanged entries leave the lock file untouched.
-    """
-    with _locked(lock_path) as current:
-        for key in [k for k in current if k.startswith(prefix) and k not in entries]:
-            del current[key]
-        for key, entry in entries.items():
-            if current.get(key, {}).get("sha256") != entry["sha256"] or current[key].get("source") != entry.get("source"):
-                current[key] = entry
+    return {f.filename: _fetch_one(f, raw_dir, lock_path, source, allow_unverified, retries, timeout) for f in files}

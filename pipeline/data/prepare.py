@@ -6,6 +6,10 @@ Each dataset kind is a module of this package exposing
 and is listed in KINDS under the `kind` its params.yaml section names. A kind whose raw files
 are not downloads (`local`: the user's own files) also exposes
     fetch(p, raw_dir, lock_path, source) -> list[Path]   used instead of the download path
+
+`allow_unverified` (`--unverified-copy`, CTSWEEP_UNVERIFIED_COPY): a mirror's copy that the
+publisher's checksums cannot vouch for may be used, marked so in data/raw.lock (download.py);
+prepare writes the marks, with the loader's own note, into meta.json's provenance (provenance.py).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Any
 
 from pipeline.data.contract import Meta, save_dataset
 from pipeline.data.download import fetch as fetch_files
+from pipeline.data.provenance import with_provenance
+from pipeline.data.raw_lock import unverified_files
 from pipeline.errors import ConfigError
 
 # kind -> module name; imported on use, so preparing one dataset never imports another's libraries.
@@ -39,27 +45,38 @@ def kind_module(kind: str) -> ModuleType:
     return importlib.import_module(f"pipeline.data.kinds.{KINDS[kind]}")
 
 
-def fetch(p: Any, raw_dir: Path, lock_path: Path, source: str | None = None) -> list[Path]:
+def fetch(p: Any, raw_dir: Path, lock_path: Path, source: str | None = None,
+          allow_unverified: bool = False) -> list[Path]:
     """Download (or verify) every raw file of a dataset (its params `p`) into raw_dir.
 
     raw_dir always exists afterwards (empty for generated or bundled data), so DVC can track it.
     """
     module = kind_module(p.kind)
-    if hasattr(module, "fetch"):
+    if hasattr(module, "fetch"):  # the user's own files: no publisher, so nothing to accept unverified
         return module.fetch(p, raw_dir, lock_path, source)
-    paths = fetch_files(module.raw_files(p), raw_dir, lock_path, source)
+    paths = fetch_files(module.raw_files(p), raw_dir, lock_path, source, allow_unverified=allow_unverified)
     return list(paths.values())
 
 
-def prepare(name: str, p: Any, out_dir: Path, raw_dir: Path, lock_path: Path, source: str | None = None) -> Meta:
+def unverified_raw_files(p: Any, lock_path: Path) -> dict[str, str]:
+    """{file name: why} of the dataset's raw files used unverified (their marks in data/raw.lock)."""
+    module = kind_module(p.kind)
+    if hasattr(module, "fetch"):
+        return {}
+    return unverified_files([(f.url, f.filename) for f in module.raw_files(p)], lock_path)
+
+
+def prepare(name: str, p: Any, out_dir: Path, raw_dir: Path, lock_path: Path, source: str | None = None,
+            allow_unverified: bool = False) -> Meta:
     """Fetch what is missing, build dataset `name` from its params and write it to out_dir atomically.
 
     Inputs listed under `precompute` (log-signature windows, spline coefficients) are built
-    into out_dir/inputs/ in the same atomic write.
+    into out_dir/inputs/ in the same atomic write. meta.json's provenance says which raw files
+    were used unverified and what the loader found missing (pipeline/data/provenance.py).
     """
     module = kind_module(p.kind)
-    fetch(p, raw_dir, lock_path, source)
-    dataset = module.build(name, p, raw_dir)
+    fetch(p, raw_dir, lock_path, source, allow_unverified)
+    dataset = with_provenance(module.build(name, p, raw_dir), unverified_raw_files(p, lock_path))
     specs = getattr(p, "precompute", [])
 
     def write_inputs(folder: Path) -> None:

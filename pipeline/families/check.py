@@ -12,6 +12,11 @@ reference configuration (`reference` over `fixed`), and gives pass or the reason
   padding          each series' output is the same alone and padded at the end as a longer batch
                    pads it (per-step: at its own steps), so padding never leaks into a shorter series;
                    to 1e-4, or a model's own solver tolerance (`rtol`, `atol` attributes) if larger
+  causality        per step, with the arguments a per-step task trains (the reference, or the family's
+                   causal variant of it: SequenceModel.causal_arguments), in float64: changing the
+                   inputs after step i (values and times) leaves every output up to step i unchanged
+                   to 1e-6, for each i; a family that declares it reads later steps
+                   (SequenceModel.reads_later_steps) gets that reported instead (issue 30)
   training step    one Adam step on the loss ctsweep trains with is finite and changes the weights
   MLflow model     saved as the MLflow pyfunc model ctsweep registers, reloaded in a fresh process
                    outside the project (the module travels with the model), predicts the same
@@ -40,6 +45,7 @@ CHANNELS, CLASSES = 3, 3
 _BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 EXTRA_PADDING = 3  # steps of padding added beyond the longest series
 TOLERANCE = 1e-4  # float32 outputs of the same row computed in two batch shapes
+CAUSAL_TOLERANCE = 1e-6  # float64 outputs up to step i, before and after the inputs after step i change
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,23 @@ class _Contract:
                                          f"to {max(LENGTHS) + EXTRA_PADDING} steps; padding must not change it")
         return f"largest change {worst:.2g}"
 
+    def causality(self) -> str:
+        from pipeline.models.base import causal_variant
+
+        kwargs = causal_variant(self.cls, self.kwargs) or self.kwargs  # what a per-step task trains
+        declared = self.cls.reads_later_steps(kwargs)
+        changed = [k for k in kwargs if k not in self.kwargs or kwargs[k] != self.kwargs[k]]
+        trained = f" (as per-step tasks train it: {', '.join(f'{k} {kwargs[k]}' for k in changed)})" if changed else ""
+        cut, gap = later_step_change(self.cls, kwargs, self.x, self.t, self.mask)
+        seen = f"largest change of an output up to step i when inputs after i change: {gap:.2g}"
+        if declared is not None:
+            return f"declared: reads later steps ({declared}); {seen}{trained}"
+        if gap > CAUSAL_TOLERANCE:
+            raise AssertionError(f"the per-step output at step {cut} moves by {gap:.3g} when the inputs after step {cut} "
+                                 f"change{trained}; it must read no later input, or the class must say it does "
+                                 f"(`causal = False`, or reads_later_steps: pipeline/models/base.py)")
+        return seen + trained
+
     def training_step(self) -> str:
         from pipeline.training.loop import loss_fn
 
@@ -197,6 +220,36 @@ class _Contract:
         if not gap <= TOLERANCE:
             raise AssertionError(f"the reloaded model's predictions differ by {gap:.3g}")
         return f"reloaded in a fresh process, predictions equal to {gap:.2g}"
+
+
+def later_step_change(cls: type, kwargs: dict[str, Any], x: torch.Tensor, t: torch.Tensor,
+                      mask: torch.Tensor) -> tuple[int, float]:
+    """(i, change): the largest change of a per-step output at steps <= i when the inputs after
+    step i change, relative to 1 + |output|, in float64, over i = 0, 1, L // 2, L - 3 and L - 2
+    (the first step reads the path's start, X'(0) say; windows and gaps span several steps, so a
+    few cuts find them at a third of the cost of every one); i the step where it is largest.
+
+    x (B, L, C) NaN where missing, t (B, L), mask (B, L). After step i every observed value gets
+    N(0, 1) noise and every time (padding too, which repeats the last) moves 0.5 later, so the
+    order of times and what is missing stay as they were.
+    """
+    torch.manual_seed(0)
+    model = cls(input_channels=x.shape[2], output_size=CLASSES, per_step=True, **kwargs).double().eval()
+    x, t = x.double(), t.double()
+    noise = torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
+    with torch.no_grad():
+        base = model(**cls.prepare_inputs(x, t, mask, **kwargs))  # (B, L, O)
+        scale = 1.0 + base[mask].abs().max().item()
+        worst = (0, 0.0)
+        length = x.shape[1]
+        for cut in sorted({c for c in (0, 1, length // 2, length - 3, length - 2) if 0 <= c < length - 1}):
+            later_x, later_t = x.clone(), t.clone()
+            later_x[:, cut + 1:] += noise[:, cut + 1:]  # NaN stays NaN
+            later_t[:, cut + 1:] += 0.5
+            moved = model(**cls.prepare_inputs(later_x, later_t, mask, **kwargs))
+            gap = (moved - base)[:, : cut + 1][mask[:, : cut + 1]].abs().max().item() / scale
+            worst = max(worst, (cut, gap), key=lambda w: w[1])
+    return worst
 
 
 @contextlib.contextmanager
@@ -241,7 +294,8 @@ def _predict_elsewhere(folder: Path) -> np.ndarray:
 
 CHECKS: tuple[tuple[str, str], ...] = (
     ("representation", "representation"), ("search space", "space"), ("per-sequence output", "per_sequence"),
-    ("per-step output", "per_step"), ("padding", "padding"), ("training step", "training_step"),
+    ("per-step output", "per_step"), ("padding", "padding"), ("causality", "causality"),
+    ("training step", "training_step"),
     ("MLflow model", "mlflow_model"),
 )
 
@@ -267,4 +321,4 @@ def summary(results: list[Check]) -> str:
             + (f"; failed: {', '.join(failed)}" if failed else ""))
 
 
-__all__ = ["CHECKS", "Check", "check_family", "summary", "synthetic_batch"]
+__all__ = ["CHECKS", "Check", "check_family", "later_step_change", "summary", "synthetic_batch"]

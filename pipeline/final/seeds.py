@@ -16,6 +16,7 @@ from pipeline.data.contract import Dataset
 from pipeline.data.resplit import per_seed_validation
 from pipeline.runtime.interrupts import deferred
 from pipeline.spaces import split_config
+from pipeline.stores.schema import DATA_PROVENANCE
 from pipeline.sweep.context import local_dataset
 from pipeline.training.loop import Trainer, TrainSettings, device_for, train_to_budget, with_patience
 
@@ -39,6 +40,7 @@ class SeedJob:
     repeat: int = 0  # the search repeat whose best configuration this seed trains (`search.repeats`)
     min_steps: int = 1  # optimiser steps over `epochs` at least (`final.min_steps`)
     validation: str = "prepared"  # `final.validation`: "per_seed" redraws the validation series for this seed
+    data_provenance: str = ""  # meta.json's provenance, tagged on the seed's run ("": data as published)
 
     @property
     def run_name(self) -> str:
@@ -52,7 +54,8 @@ class SeedJob:
     @property
     def tags(self) -> dict[str, Any]:
         tags = {"dataset": self.dataset, "family": self.family, "stage": "final", "seed": self.seed,
-                final_resume.REPEAT_TAG: self.repeat}
+                final_resume.REPEAT_TAG: self.repeat,
+                **({DATA_PROVENANCE: self.data_provenance} if self.data_provenance else {})}
         return tags if self.lr_factor == 1.0 else {**tags, "stage": "robustness", "lr_factor": f"{self.lr_factor:g}"}
 
 

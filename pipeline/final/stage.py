@@ -30,9 +30,12 @@ from pipeline.stores import staleness
 from pipeline.stores import tracking
 from pipeline.config import FinalParams
 from pipeline.data.contract import Dataset, load_dataset
+from pipeline.data.provenance import provenance_fields
 from pipeline.errors import ConfigError
 from pipeline.final.repeats import between_repeats, searched_repeats, summary as _summary
 from pipeline.final.seeds import SeedJob, spread, train_seed
+from pipeline.models import get_model_class
+from pipeline.models.base import later_steps_problem
 from pipeline.runtime.interrupts import Interrupted, deferred
 from pipeline.stores.files import check_writable, write_json
 from pipeline.stores.locks import stage_lock
@@ -57,6 +60,25 @@ def _check_protocol(config: dict[str, Any], meta: Any, epochs: int, dataset: str
             raise ConfigError(f"results/{dataset}/search/{family}.json: best_config `{key}` {problem} "
                               f"(the final stage trains {family} for {epochs} epochs: params.yaml "
                               f"`final.epochs` or `final.family_epochs`)")
+
+
+def _check_causal(config: dict[str, Any], meta: Any, dataset: str, family: str) -> None:
+    """On a per-step dataset the searched configuration reads no later step where the family has a
+    causal variant (a search from before issue 30 may still hold one that does): refuse it before Ray."""
+    problem = later_steps_problem(get_model_class(family), split_config(config)[1]) if meta.per_step else None
+    if problem:
+        raise ConfigError(f"results/{dataset}/search/{family}.json: best_config reads later steps on per-step "
+                          f"dataset {dataset} ({problem}); rerun `ctsweep search {dataset} {family}`, which "
+                          f"searches that variant")
+
+
+def reads_later_steps(family: str, configs: list[dict[str, Any]], per_step: bool) -> str | None:
+    """Why the family, trained with these configurations on a per-step task, reads later steps
+    (the final record's `reads_later_steps`, which the report marks); None when it does not."""
+    if not per_step:
+        return None
+    cls = get_model_class(family)
+    return next((r for c in configs if (r := cls.reads_later_steps(split_config(c)[1])) is not None), None)
 
 
 def final(root: Path, dataset: str, family: str, p: FinalParams) -> dict[str, Any]:
@@ -158,17 +180,20 @@ def _plan(inputs: _Inputs, family: str, p: FinalParams, only_stale: bool) -> _Pl
         return {**current, "up_to_date": True}  # the flag is for the caller; the file is untouched
     for _, config in repeats:
         _check_protocol(config, inputs.data.meta, p.epochs, dataset, family)
+        _check_causal(config, inputs.data.meta, dataset, family)
     client, exp_id = inputs.experiment
     _check_time_limit(client, searched, p, dataset, family)
     parent, resumed = final_resume.open_parent(
         client, exp_id, dataset, family, fp,
         {**searched["best_config"], "seeds": p.seeds, "epochs": p.epochs, "final_patience": p.patience,
          "time_limit_s": p.time_limit_s, "lr_factors": p.lr_factors})
+    if inputs.data.meta.provenance:  # not a tag a resumed stage is found by: its fingerprint covers meta.json
+        tracking.set_tags(client, parent, provenance_fields(inputs.data.meta))
     res = p.resources_for(family)
     # Robustness reruns (lr factors) train the first repeat's configuration only.
     jobs = [SeedJob(dataset, family, str(inputs.dir), scaled_lr(config, factor), s, p.epochs, res.cpu, res.gpu,
                     tracking.tracking_uri(root), exp_id, parent, factor, p.patience, p.time_limit_s, repeat,
-                    p.min_steps, p.validation)
+                    p.min_steps, p.validation, inputs.data.meta.provenance)
             for i, (repeat, config) in enumerate(repeats)
             for factor in ((1.0, *p.lr_factors) if i == 0 else (1.0,)) for s in p.seeds]
     kept = final_resume.finished_seeds(client, exp_id, parent) if resumed else {}
@@ -228,7 +253,7 @@ def _finish(inputs: _Inputs, plan: _Plan, trained: dict[tuple[int, str, int], di
                 "repeat": j.repeat} for j in plan.jobs]
     record = _evaluate(inputs.root, inputs.dataset, family, plan.searched, p, results, inputs.data)
     record.update(mlflow_parent_run_id=plan.parent, resumed=plan.resumed, reused_seeds=len(plan.kept),
-                  **{staleness.DIGEST_KEY: plan.digest})
+                  **provenance_fields(inputs.data.meta), **{staleness.DIGEST_KEY: plan.digest})
     tracking.log_metrics(client, plan.parent, {k: record[k] for k in ("val_mean", "val_std", "test_mean", "test_std")})
     for r in record["robustness"]:
         tracking.log_metrics(client, plan.parent, {f"lr_x{r['lr_factor']:g}_{k}": r[k]
@@ -288,6 +313,9 @@ def _evaluate(root: Path, dataset: str, family: str, searched: dict[str, Any], p
     record["model_uri"] = log_model_from_state(best["mlflow_run_id"], uri, family, split_config(config)[1],
                                                data.splits["train"].x.shape[2], state, data.meta)
     record["model_seed"], record["model_repeat"], record["model_config"] = best["seed"], best.get("repeat", 0), config
+    reason = reads_later_steps(family, [c for _, c in searched_repeats(searched)], data.meta.per_step)
+    if reason is not None:  # only then: every other record stays as it was
+        record["reads_later_steps"] = reason
     return record
 
 

@@ -14,7 +14,7 @@ Shapes used throughout:
 from __future__ import annotations
 
 import inspect
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import torch
 from torch import nn
@@ -56,6 +56,10 @@ class SequenceModel(nn.Module):
     # The model arguments `prepare_inputs` reads: they name cached or precomputed inputs
     # (pipeline/data/inputs.py), so two trials that differ only elsewhere share them.
     input_arguments: ClassVar[tuple[str, ...]] = ()
+    # Causality on per-step tasks (issue 30): whether the output at step i reads no input after
+    # step i, whatever the arguments. A family whose published form reads later steps sets False
+    # and says why in `reads_later_steps`; one whose arguments decide overrides that instead.
+    causal: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -95,6 +99,43 @@ class SequenceModel(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    @classmethod
+    def reads_later_steps(cls, model_kwargs: Mapping[str, Any]) -> str | None:
+        """Why, with these arguments, a per-step output (B, L, O) at step i reads inputs x_j, t_j
+        of some j > i; None when it never does. Default: None, unless the class sets causal = False."""
+        return None if cls.causal else f"{cls.__name__} declares causal = False"
+
+    @classmethod
+    def causal_arguments(cls, model_kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The arguments to train with on a per-step task: model_kwargs when they read no later
+        step; else the family's causal variant of them (a CDE's causal interpolation, for one), or
+        None when it has none and runs as published (marked in the report). Use `causal_variant`,
+        which also checks that the variant is causal."""
+        return dict(model_kwargs) if cls.reads_later_steps(model_kwargs) is None else None
+
+
+def causal_variant(cls: type[SequenceModel], model_kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """cls.causal_arguments(model_kwargs) when those read no later step, else None."""
+    variant = cls.causal_arguments(model_kwargs)
+    return variant if variant is not None and cls.reads_later_steps(variant) is None else None
+
+
+def later_steps_problem(cls: type[SequenceModel], model_kwargs: Mapping[str, Any]) -> str | None:
+    """Why these arguments must not train on a per-step task: they read later steps although the
+    family has a causal variant (named in the answer); None when they may train (they are causal,
+    or the family has no causal variant and runs as published, marked in the report)."""
+    reason = cls.reads_later_steps(model_kwargs)
+    variant = causal_variant(cls, model_kwargs) if reason is not None else None
+    if variant is None:
+        return None
+    changes = ", ".join(f"{k} {v}" for k, v in variant.items() if k not in model_kwargs or model_kwargs[k] != v)
+    return f"{reason}; its causal variant has {changes}"
+
+
+def argument_value(cls: type[nn.Module], model_kwargs: Mapping[str, Any], name: str) -> Any:
+    """The value argument `name` takes when the class is built from model_kwargs: given, or its default."""
+    return model_kwargs[name] if name in model_kwargs else model_arguments(cls)[name].default
 
 
 def model_arguments(cls: type[nn.Module]) -> dict[str, inspect.Parameter]:

@@ -3,7 +3,8 @@
 Per dataset the candidate is the family with the best mean validation metric among those that
 did not fail. It is registered as a version of `ctsweep-<dataset>` (once: running the stage
 again reuses the version of the same final run) carrying its metrics, per-seed scores, config
-and git commit as tags. The alias moves when a person asks for it (`force`, or promoting a
+and git commit as tags; a model trained on data that is not the publisher's as published (an
+unverified local copy, missing records) says so in its description and tag `data_provenance`. The alias moves when a person asks for it (`force`, or promoting a
 family by hand) or when the rule in params.yaml says the candidate is better than the current
 champion:
 
@@ -39,7 +40,7 @@ from pipeline.reporting.records import read_final
 from pipeline.reporting.report import best_family
 from pipeline.reporting.stats import welch
 from pipeline.reporting.tables import fmt
-from pipeline.stores.schema import FINAL_FOR_PROMOTE
+from pipeline.stores.schema import DATA_PROVENANCE, FINAL_FOR_PROMOTE
 
 SUMMARY = ("dataset", "family", "metric", "mode", "val_mean", "val_std", "test_mean", "test_std", "n_seeds",
            "model_seed")
@@ -60,6 +61,8 @@ def version_tags(record: dict[str, Any], commit: str) -> dict[str, str]:
                 test_scores=json.dumps([s["test"] for s in record.get("seeds", [])]),
                 model_uri=record["model_uri"], final_run_id=str(record.get("mlflow_parent_run_id", "")),
                 git_commit=commit)
+    if record.get(DATA_PROVENANCE):  # an unverified copy, missing records: whoever loads the model sees it
+        tags[DATA_PROVENANCE] = record[DATA_PROVENANCE]
     return tags
 
 
@@ -75,7 +78,8 @@ def _register(client: MlflowClient, name: str, record: dict[str, Any], commit: s
             return v
     metric = record["metric"]
     description = (f"{record['family']}: validation {metric} {fmt(record['val_mean'], record['val_std'], metric)}, "
-                   f"test {fmt(record['test_mean'], record['test_std'], metric)} over {record['n_seeds']} seeds")
+                   f"test {fmt(record['test_mean'], record['test_std'], metric)} over {record['n_seeds']} seeds"
+                   + (f"; data: {record[DATA_PROVENANCE]}" if record.get(DATA_PROVENANCE) else ""))
     version = mlflow.register_model(record["model_uri"], name, tags=version_tags(record, commit))
     client.update_model_version(name, version.version, description=description)
     return version

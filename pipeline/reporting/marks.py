@@ -24,6 +24,11 @@
     mostly_failed  more than FAILED_SHARE of the search's trials failed (n_failed / n_trials).
     failed         every search trial failed (the final record's status is "failed"): the cell
                    has no scores; its detail is the record's `errors`.
+    not_causal     on a per-step task, the family's output at a step reads inputs after it (the
+                   final record's `reads_later_steps`, set by the final stage for a family with no
+                   causal variant, which runs as published: CDR-NDE-heat's Laplacian, for one;
+                   issue 30). Its detail starts "reads later steps: not comparable on next-step
+                   prediction"; the paper's figure beside the cell carries the same symbol.
 
 Every function takes the plain final / search records (see the record contracts in final.py and
 search.py) and returns `Mark`s; the report, `ctsweep status` and `promote` all use these.
@@ -36,6 +41,8 @@ from dataclasses import dataclass
 from typing import Any
 
 NOT_CONVERGED, EDGE, MOSTLY_FAILED, FAILED = "not_converged", "edge", "mostly_failed", "failed"
+NOT_CAUSAL = "not_causal"
+LATER_STEPS = "reads later steps: not comparable on next-step prediction"  # the not_causal detail's start
 BUDGET_STOPS = ("max_epochs", "time_limit")  # a seed stopped by `patience` has converged by definition
 LEGACY_STOP = "max_epochs"  # records written before seeds carried `stop` trained every epoch
 LAST_FRACTION = 0.25  # the tail of the curve that must not beat the rest for a seed to count as converged
@@ -46,7 +53,8 @@ EDGE_FRACTION = 0.05  # outer share of a searched range, at each end, that count
 MIN_INT_VALUES = 5  # an integer range with fewer values is a handful of choices, like a categorical
 FAILED_SHARE = 0.5  # more failed trials than this share marks the search as mostly failed
 
-SYMBOLS = {NOT_CONVERGED: "†", EDGE: "‡", MOSTLY_FAILED: "§"}  # a failed cell prints "failed" instead
+# a failed cell prints "failed" instead
+SYMBOLS = {NOT_CONVERGED: "†", EDGE: "‡", MOSTLY_FAILED: "§", NOT_CAUSAL: "¶"}
 RULES = {
     NOT_CONVERGED: (f"not converged: more than half of the final seeds trained fewer than {MIN_STEPS} optimiser "
                     f"steps, or stopped while their training or validation loss was still falling (their last "
@@ -58,6 +66,9 @@ RULES = {
            f"choices, never marked), so a better value may lie outside it"),
     MOSTLY_FAILED: f"mostly failed: more than {FAILED_SHARE:.0%} of the search's trials failed",
     FAILED: "failed: every search trial failed, so the family has no scores",
+    NOT_CAUSAL: ("not causal: on this per-step task the family's output at a step reads inputs after that step, "
+                 "where a later input can be the step's target (walker2d's is the next input), so neither its "
+                 "score nor the paper's figure beside it (same mark) compares with causal families'"),
 }
 
 
@@ -187,6 +198,12 @@ def failed_detail(final: dict[str, Any]) -> str:
     return "; ".join(errors) if errors else "no reason recorded"
 
 
+def not_causal(final: dict[str, Any]) -> Mark | None:
+    """The not_causal mark of a final record that says its family reads later steps, else None."""
+    reason = final.get("reads_later_steps")
+    return Mark(NOT_CAUSAL, f"{LATER_STEPS} ({reason})") if reason else None
+
+
 def cell_marks(final: dict[str, Any], search: dict[str, Any] | None = None) -> list[Mark]:
     """Every mark of one cell, in RULES order. `search`: the search record, whose `space` is used
     when the final record has none (older final records)."""
@@ -194,5 +211,5 @@ def cell_marks(final: dict[str, Any], search: dict[str, Any] | None = None) -> l
         return [Mark(FAILED, failed_detail(final))]
     space = final.get("space") or (search or {}).get("space") or {}
     found = [not_converged(final), edge(final.get("config", {}), space),
-             mostly_failed(final.get("n_trials", 0), final.get("n_failed", 0))]
+             mostly_failed(final.get("n_trials", 0), final.get("n_failed", 0)), not_causal(final)]
     return [m for m in found if m is not None]

@@ -1,4 +1,5 @@
-"""What produced a report: the git commit, the data and result hashes DVC recorded, the params.
+"""What produced a report: the git commit, the data and result hashes DVC recorded, the params,
+and where the data falls short of the publisher's (an unverified local copy, missing records).
 
 A table is only as good as the trace back to its inputs: the report prints these so anyone can
 check out the same commit, `dvc checkout` the same data and rerun.
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.config import read_yaml
+from pipeline.stores.schema import DATA_PROVENANCE
 
 
 def git_commit(root: Path) -> str:
@@ -98,3 +100,14 @@ def stamp(root: Path, datasets: list[str], families: list[str]) -> dict[str, Any
     params["prepare"] = {d: raw.get("prepare", {}).get(d) for d in datasets}
     return {"commit": git_commit(root), "dvc_lock": dvc_hashes(root, stages_of(datasets, families), families),
             "params": params}
+
+
+def data_notes(finals: dict[str, dict[str, dict[str, Any]]]) -> dict[str, str]:
+    """{dataset: its data's provenance note} for the datasets whose final records carry one (prepare
+    wrote it into meta.json: pipeline/data/provenance.py); a dataset whose data is as published is absent."""
+    notes = {}
+    for dataset, results in finals.items():
+        found = sorted({r[DATA_PROVENANCE] for r in results.values() if r.get(DATA_PROVENANCE)})
+        if found:  # several only when families were trained on differently prepared data
+            notes[dataset] = " | ".join(found)
+    return notes

@@ -3,7 +3,8 @@
     reports/results.md             per dataset: test / validation mean ± std over seeds, the paper's
                                    figure, Welch's t-test against the best family, parameters,
                                    s / epoch, trials (failed); learning-rate robustness; fANOVA
-                                   importances; the papers cited; provenance (commit, dvc.lock, params)
+                                   importances; the papers cited; provenance (commit, dvc.lock, params,
+                                   and a dataset's data where it is not as published: unverified copy)
     reports/metrics.json           dataset -> family -> {val_mean, val_std, test_mean, test_std, n_seeds,
                                    metric, params, n_trials, n_failed, n_repeats, repeat_val_std,
                                    repeat_test_std, best, p_vs_best,
@@ -48,11 +49,11 @@ from pipeline.stores.files import write_json, write_text
 from pipeline.stores.paths import reports_dir
 from pipeline.reporting import plots
 from pipeline.reporting.marks import Mark, cell_marks, is_failed
-from pipeline.reporting.provenance import stamp
+from pipeline.reporting.provenance import data_notes, stamp
 from pipeline.reporting.records import collect, read_search, split
 from pipeline.reporting.references import References, load_references
-from pipeline.reporting.tables import (provenance_lines, references_lines, results_table, robustness_lines,
-                                       sensitivity_lines, welch_vs_best)
+from pipeline.reporting.tables import (data_lines, provenance_lines, references_lines, results_table,
+                                       robustness_lines, sensitivity_lines, welch_vs_best)
 from pipeline.stores.schema import FINAL_FOR_REPORT
 from pipeline.stores.staging import staged
 
@@ -188,13 +189,14 @@ def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dic
              "Mean ± sample standard deviation over the final seeds. The best family per dataset (chosen on",
              "validation only) is in bold; every other family's test difference to it comes with the two-sided",
              "p-value of Welch's t-test on the per-seed test scores (* p < 0.05). Accuracy in %. Marks after",
-             "a family's name (†, ‡, §) say where a result cannot be trusted; the footnotes under each table",
+             "a family's name (†, ‡, §, ¶) say where a result cannot be trusted; the footnotes under each table",
              "say why.", ""]
     cited: dict[str, int] = {}
     for dataset, results in finals.items():
         ok, _ = split(results)
         best = best_family(ok)
         lines += results_table(dataset, results, best, refs, cited, marks[dataset])
+        lines += data_lines(provenance.get("data", {}).get(dataset))
         if best is None:
             continue
         lines += [f"![{dataset} test]({images}{dataset}_test.png) ![{dataset} curves]({images}{dataset}_curves.png)",
@@ -252,7 +254,8 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
     """Write metrics.json, results.md, the plot data and the PNG plots; returns metrics.json's content.
     A dataset whose every family failed gets its table and no plots."""
     finals = collect(root, datasets, families, FINAL_FOR_REPORT)
-    provenance = stamp(root, datasets, families)  # before writing: rewritten plots would look like edits
+    provenance = {**stamp(root, datasets, families),  # before writing: rewritten plots would look like edits
+                  "data": data_notes(finals)}
     searches = {d: {f: read_search(root, d, f) for f in split(finals[d])[0]} for d in datasets}
     marks = {d: {f: cell_marks(r, searches[d].get(f)) for f, r in res.items()} for d, res in finals.items()}
     refs = load_references(root)

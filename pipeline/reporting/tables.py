@@ -10,7 +10,7 @@ import json
 import math
 from typing import Any
 
-from pipeline.reporting.marks import FAILED, RULES, SYMBOLS, Mark, is_failed
+from pipeline.reporting.marks import FAILED, NOT_CAUSAL, RULES, SYMBOLS, Mark, is_failed
 from pipeline.reporting.references import Figure, References
 from pipeline.reporting.stats import Welch, kendall_tau, ranking, welch
 
@@ -66,12 +66,14 @@ def versus_best(w: Welch | None, metric: str) -> str:
     return f"{_diff(w.diff, metric)} ({p_value(w.p)})"
 
 
-def _paper(figures: list[Figure], metric: str, cited: dict[str, int]) -> str:
+def _paper(figures: list[Figure], metric: str, cited: dict[str, int], mark: str = "") -> str:
+    """The paper (test) cell; `mark`: a symbol each figure carries too (the family's published form
+    reads later steps, so the paper's number has the same confound)."""
     cells = []
     for f in figures:
         mean, std = f.as_fraction()
         number = cited.setdefault(f.source, len(cited) + 1)
-        cells.append(f"{fmt(mean, std, metric)} [{number}]")
+        cells.append(f"{fmt(mean, std, metric)} [{number}]" + (f" {mark}" if mark else ""))
     return "; ".join(cells) or "—"
 
 
@@ -95,7 +97,8 @@ def results_table(dataset: str, finals: dict[str, dict[str, Any]], best: str | N
     for family, r in finals.items():
         symbols = "".join(SYMBOLS[m.mark] for m in marks.get(family, []) if m.mark in SYMBOLS)
         name = (f"**{family}** (best)" if family == best else family) + (f" {symbols}" if symbols else "")
-        paper = _paper([f for f in refs.for_pair(dataset, family) if f.metric == metric], metric, cited)
+        later = SYMBOLS[NOT_CAUSAL] if any(m.mark == NOT_CAUSAL for m in marks.get(family, [])) else ""
+        paper = _paper([f for f in refs.for_pair(dataset, family) if f.metric == metric], metric, cited, later)
         if is_failed(r):
             trials = f"{r['n_trials']} ({r['n_failed']})"
             lines.append(f"| {name} | failed | failed | {paper} | — | 0 |{' — |' if by_repeat else ''} — | — "
@@ -212,8 +215,14 @@ def references_lines(refs: References, cited: dict[str, int]) -> list[str]:
     return lines + [""]
 
 
+def data_lines(note: str | None) -> list[str]:
+    """The line under a dataset's table when its data is not the publisher's as published."""
+    return [f"**Data:** {note} (data/raw.lock says why).", ""] if note else []
+
+
 def provenance_lines(stamp: dict[str, Any]) -> list[str]:
     lines = ["## Provenance", "", f"- git commit: `{stamp['commit']}`"]
+    lines += [f"- data of `{dataset}`: {note}" for dataset, note in stamp.get("data", {}).items()]
     if stamp["dvc_lock"]:
         lines.append("- data and results (md5 from `dvc.lock`):")
         for stage, outs in stamp["dvc_lock"].items():

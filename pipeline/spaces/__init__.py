@@ -25,11 +25,13 @@ not in every trial a minute later.
     parse.py    the file's keys parsed and checked, one line per problem
     checks.py   checks across keys: the reference, the protocol's combinations, per dataset
     load.py     load_space (a file -> a checked SearchSpace) and space_path
+    causal.py   causal_space: on a per-step dataset, no value of the space reads later steps
 
 Imports: errors, names, models, config.
 """
 
 from pipeline.config.arguments import TRAINING_KEYS
+from pipeline.spaces.causal import causal_space
 from pipeline.spaces.checks import check_for_dataset
 from pipeline.spaces.load import load_space, space_path
 from pipeline.spaces.space import ParamSpec, SearchSpace, _sample, split_config  # noqa: F401  _sample: see below
@@ -37,4 +39,4 @@ from pipeline.spaces.space import ParamSpec, SearchSpace, _sample, split_config 
 # _sample is what SearchSpace.define_by_run wraps; Ray Tune pickles it into a search's experiment
 # state, and states saved before the split name it pipeline.spaces._sample (pipeline/moved.py).
 
-__all__ = ["ParamSpec", "SearchSpace", "TRAINING_KEYS", "check_for_dataset", "load_space", "space_path", "split_config"]
+__all__ = ["ParamSpec", "SearchSpace", "TRAINING_KEYS", "causal_space", "check_for_dataset", "load_space", "space_path", "split_config"]

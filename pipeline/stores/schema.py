@@ -187,9 +187,12 @@ SEARCH_FOR_REPORT = {"trials": ListOf({"config": CONFIG, "best_val": Maybe(NUMBE
                      "space?": SPACE}
 
 _SCORES = {"val": NUMBER, "test": NUMBER}
+# Where the data falls short of the publisher's (pipeline/data/provenance.py): a final record's
+# field and an MLflow tag of every run made from such data; absent when the data is as published.
+DATA_PROVENANCE = "data_provenance"
 _FINAL_COMMON = {"metric": str, "mode": MODE, "config": CONFIG, "n_seeds": int,
                  "val_mean": NUMBER, "val_std": NUMBER, "test_mean": NUMBER, "test_std": NUMBER,
-                 "mlflow_parent_run_id?": Maybe(str)}
+                 "mlflow_parent_run_id?": Maybe(str), DATA_PROVENANCE + "?": str}
 FINAL_FOR_REPORT = {**_FINAL_COMMON, "params": int, "seconds_per_epoch": NUMBER, "n_trials": int, "n_failed": int,
                     "seeds": ListOf({**_SCORES, "curve": ListOf(NUMBER)}, min_len=1),
                     "robustness?": ListOf({"lr_factor": NUMBER, "lr": NUMBER, "val_mean": NUMBER, "val_std": NUMBER})}

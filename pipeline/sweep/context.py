@@ -36,6 +36,7 @@ class TrialContext:
     trial_number: int | None = None  # the trial's number in its family's Optuna study (0, 1, ...)
     repeat: int = 0  # which repeat of the family's search (`search.repeats`); `seed` already includes it
     min_steps: int = 1  # optimiser steps over `epochs` at least (`search.min_steps`, pipeline/training/budget.py)
+    data_provenance: str = ""  # meta.json's provenance, tagged on the trial's run ("": data as published)
 
     def first_epoch_too_slow(self) -> TrialFailedError:
         """The error of a trial whose first epoch outran the time limit: it names the key to raise."""

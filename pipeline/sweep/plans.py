@@ -5,6 +5,7 @@ and what its trials are handed (TrialContext).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sys
@@ -17,7 +18,7 @@ from pipeline.data.inputs import fingerprint as data_fingerprint
 from pipeline.models import get_model_class
 from pipeline.models import user as user_families
 from pipeline.models.blocks.embedding import check_token_family
-from pipeline.spaces import SearchSpace, check_for_dataset, load_space, space_path
+from pipeline.spaces import SearchSpace, causal_space, check_for_dataset, load_space, space_path
 from pipeline.stores import staleness, tracking
 from pipeline.stores.files import check_writable
 from pipeline.stores.paths import search_result_path
@@ -42,14 +43,20 @@ def time_limit_key(p: SearchParams, family: str) -> str:
 PLACEMENT_KEYS = ("max_concurrent", "autoscaling", "max_failures")
 
 
-def search_fingerprint(dataset: str, family: str, p: SearchParams, space_file: Path, data_dir: Path) -> str:
-    """What a search's results depend on: a rerun with the same fingerprint may resume it."""
+def search_fingerprint(dataset: str, family: str, p: SearchParams, space_file: Path, data_dir: Path,
+                       causal: SearchSpace | None = None) -> str:
+    """What a search's results depend on: a rerun with the same fingerprint may resume it.
+    `causal`: the space as a per-step dataset searches it when causal_space changed it (never
+    resume a search whose trials read later steps); None keeps every other fingerprint as it was."""
     code = user_families.code_digest(family)  # a family of the user's: its code too (built-in: the stage's digest)
     # min_steps only when set: a search run before the floor existed trained with none (1)
     unchanged = {"min_steps"} if p.min_steps == 1 else set()
+    adjusted = None if causal is None else {"params": {n: dataclasses.asdict(s) for n, s in causal.params.items()},
+                                            "fixed": causal.fixed, "reference": causal.reference}
     blob = json.dumps({"dataset": dataset, "family": family, "params": p.model_dump(exclude=set(PLACEMENT_KEYS) | unchanged),
                        "space": space_file.read_text(), "data": data_fingerprint(data_dir),
-                       **({"code": code} if code else {})}, sort_keys=True)
+                       **({"code": code} if code else {}), **({"causal_space": adjusted} if adjusted else {})},
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -77,8 +84,15 @@ def plan_family(root: Path, dataset: str, family: str, p: SearchParams, meta: An
         space, note = space.clip_batch(int(n_train), dataset)
         if note:
             print(f"ctsweep: search: {note}", file=sys.stderr)
+    causal = None
+    if meta.per_step:  # no configuration reads inputs after the step it predicts (issue 30)
+        before = space
+        space, note = causal_space(space, dataset)
+        if note:
+            print(f"ctsweep: search: {note}", file=sys.stderr)
+        causal = space if space is not before else None
     check_for_dataset(space, dataset, meta.task, bool(meta.vocab_size), p.epochs)
-    fp = search_fingerprint(dataset, family, p, space_path(root, family), data_dir)
+    fp = search_fingerprint(dataset, family, p, space_path(root, family), data_dir, causal)
     out = search_result_path(root, dataset, family)
     check_writable(out.parent)
     return FamilyPlan(family, space, p.resources_for(family), fp, out,
@@ -95,9 +109,9 @@ def start_limit(p: SearchParams, plans: list[FamilyPlan]) -> int:
 
 
 def trial_contexts(root: Path, dataset: str, p: SearchParams, data_dir: Path, exp_id: str,
-              plans: list[FamilyPlan]) -> dict[str, TrialContext]:
+              plans: list[FamilyPlan], data_provenance: str = "") -> dict[str, TrialContext]:
     return {plan.family: TrialContext(dataset, plan.family, str(data_dir), p.epochs, p.trial_seed, plan.res.cpu,
                                       tracking.tracking_uri(root), exp_id, plan.parent, p.time_limit_for(plan.family),
                                       plan.res.gpu, plan.res.workers, time_limit_key(p, plan.family),
-                                      min_steps=p.min_steps)
+                                      min_steps=p.min_steps, data_provenance=data_provenance)
             for plan in plans}

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import SearchParams
+from pipeline.data.provenance import provenance_fields
 from pipeline.errors import TrialFailedError
 from pipeline.stores import staleness, tracking
 from pipeline.sweep import run_lookup, sensitivity
@@ -230,7 +231,7 @@ def family_record(root: Path, dataset: str, p: SearchParams, meta: Any, plan: Fa
         if record["status"] == "failed":  # every repeat failed: the reasons of them all
             record["errors"] = failure_reasons(records)
     record.update(ray_experiment_path=path, resumed=plan.resumed, searched_with=sorted(searcher.families),
-                  **{staleness.DIGEST_KEY: plan.digest})
+                  **provenance_fields(meta), **{staleness.DIGEST_KEY: plan.digest})
     return record
 
 

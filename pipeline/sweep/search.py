@@ -29,6 +29,7 @@ from typing import Any
 
 from pipeline.config import SearchParams
 from pipeline.data.contract import load_dataset, load_meta
+from pipeline.data.provenance import provenance_fields
 from pipeline.names import check_name
 from pipeline.runtime.interrupts import Interrupted, deferred, graceful_tune
 from pipeline.stores import staleness, tracking
@@ -99,6 +100,8 @@ def _search(root: Path, dataset: str, families: list[str], p: SearchParams, fres
                        else "search.resources", p.autoscaling)
         client, exp_id = tracking.experiment_id(root, dataset)
         path, resumed = open_parents(client, exp_id, dataset, todo, storage, fresh)
+        for plan in todo if meta.provenance else ():  # not a tag a resumed search is found by: its fingerprint
+            tracking.set_tags(client, plan.parent, provenance_fields(meta))  # covers meta.json already
         try:
             with pending_trials(start_limit(p, todo)):
                 records = _run(root, dataset, p, meta, data_dir, data, client, exp_id, todo, path, resumed, trial_fn)
@@ -136,7 +139,7 @@ def _run(root: Path, dataset: str, p: SearchParams, meta: Any, data_dir: Path, d
     for plan in plans:
         if not plan.resumed:
             tracking.log_params(client, plan.parent, {"search." + k: v for k, v in p.model_dump().items()})
-    contexts = trial_contexts(root, dataset, p, data_dir, exp_id, plans)
+    contexts = trial_contexts(root, dataset, p, data_dir, exp_id, plans, meta.provenance)
     with graceful_tune() as interrupt:  # from here a signal stops Tune gracefully; checked below
         if resumed:
             tuner = restored_tuner(path, contexts, data, plans, trial_fn)

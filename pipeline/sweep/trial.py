@@ -30,6 +30,7 @@ from ray import tune
 from pipeline.stores import tracking
 from pipeline.data.contract import Dataset
 from pipeline.errors import TrialFailedError
+from pipeline.stores.schema import DATA_PROVENANCE
 from pipeline.spaces import split_config
 from pipeline.sweep.context import STATE_FILE, TrialContext, local_dataset
 from pipeline.sweep.families import REPEAT_KEY, TRIAL_NUMBER_KEY, family_of, repeat_of, trial_number_of, without_family
@@ -56,10 +57,12 @@ def trial_run(client: tracking.MlflowClient, ctx: TrialContext, trial_id: str, c
     place = {"host": socket.gethostname(), "pid": os.getpid(), "ray_node_id": ray.get_runtime_context().get_node_id()}
     if found is None:
         number = {} if ctx.trial_number is None else {TRIAL_NUMBER_KEY: ctx.trial_number}
+        provenance = {DATA_PROVENANCE: ctx.data_provenance} if ctx.data_provenance else {}
         run_id = tracking.start_run(
             client, ctx.experiment_id, trial_run_name(ctx, trial_id),
             {"dataset": ctx.dataset, "family": ctx.family, "stage": "search", "seed": ctx.seed,
-             "ray_trial_id": trial_id, REPEAT_KEY: ctx.repeat, **number, **place}, parent_run_id=ctx.parent_run_id)
+             "ray_trial_id": trial_id, REPEAT_KEY: ctx.repeat, **number, **provenance, **place},
+            parent_run_id=ctx.parent_run_id)
         tracking.log_params(client, run_id, config)
         return run_id
     if found.data.tags.get(FINAL_FAILURE_TAG) == "true":

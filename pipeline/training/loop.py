@@ -19,6 +19,7 @@ from pipeline.training.metrics import score
 from pipeline.training.budget import batches_per_pass, effective_batch, passes_per_epoch
 from pipeline.training.selection import beats, is_better, lowers_loss, progressed
 from pipeline.models import SequenceModel, get_model_class
+from pipeline.models.base import later_steps_problem
 from pipeline.models.blocks.embedding import EMBED_DIM, TokenEmbedded, check_token_family
 from pipeline.config.protocol import TrainSettings, class_weights, make_optimizer, make_scheduler, per_batch
 
@@ -91,6 +92,10 @@ class Trainer:
         torch.manual_seed(seed)
         self.meta, self.settings = dataset.meta, settings
         cls = get_model_class(family)
+        if self.meta.per_step and (problem := later_steps_problem(cls, model_kwargs)):
+            # The search and final stages train the causal variant (pipeline/spaces/causal.py); this
+            # catches any other way in, so no per-step run reads inputs after the step it predicts.
+            raise ConfigError(f"{family} on per-step dataset {self.meta.name}: {problem}; allowed: that variant")
         channels = dataset.splits["train"].x.shape[2]
         self.model = build_model(family, self.meta, channels, model_kwargs, settings.embed_dropout).to(device)
         # Whole splits live on the device: the datasets are small, and it saves a copy per batch.

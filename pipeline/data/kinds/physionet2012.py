@@ -3,11 +3,21 @@
 Sources
     Silva et al. (2012), "Predicting in-hospital mortality of ICU patients: the PhysioNet/
     Computing in Cardiology Challenge 2012", https://physionet.org/content/challenge-2012/1.0.0/
-    Raw files (the reference code's addresses):
-        https://physionet.org/files/challenge-2012/1.0.0/set-a.tar.gz?download  set-a/<RecordID>.txt
-        https://physionet.org/files/challenge-2012/1.0.0/Outcomes-a.txt         RecordID,...,In-hospital_death
-    4,000 ICU stays (set-a: the only set with published outcomes), the first 48 hours of each,
-    one "Time,Parameter,Value" line per measurement with Time as HH:MM since ICU admission.
+    Raw files (the reference code's addresses), under https://physionet.org/files/challenge-2012/1.0.0/:
+        set-a.tar.gz?download  set-a/<RecordID>.txt        Outcomes-a.txt  RecordID,...,In-hospital_death
+        set-b.tar.gz?download  set-b/<RecordID>.txt        Outcomes-b.txt
+        set-c.tar.gz?download  set-c/<RecordID>.txt        Outcomes-c.txt
+    each set 4,000 ICU stays, the first 48 hours of each, one "Time,Parameter,Value" line per
+    measurement with Time as HH:MM since ICU admission. PhysioNet publishes the outcomes of all
+    three sets (b and c were the challenge's hidden test sets; their outcomes came out after it).
+    `sets` (params.yaml) says which are fetched and pooled: [a] by default, the set the reference
+    code and the CfC paper use (Hasani et al. 2022); [a, b, c] gives the 12,000 stays of the
+    temporal weights experiments (Kohan et al.). Only the listed sets are read, whatever else lies
+    in data/raw/physionet2012/, so the dataset follows params.yaml. Record IDs are unique across
+    the sets; one found twice is an error.
+    Every file is verified against PhysioNet's SHA256SUMS.txt (download.py); a copy that lacks
+    some records (a rebuilt archive) is prepared from what it holds, and meta.json's provenance
+    says how many of its Outcomes files' records it read ("3,996 of 4,000 records").
     Reference preprocessing: YuliaRubanova/latent_ode physionet.py (Rubanova et al. 2019), as
     used by raminmh/CfC duv_physionet.py + train_physio.py (Hasani et al. 2022, the AUROC task)
     and by the temporal weights experiments (Kohan et al.).
@@ -24,7 +34,7 @@ What this module does, with the reference's constants
       each stay with tt = [0.]), which is where the descriptors are recorded.
     * Only measurements at most `max_hours` = 48 h after admission are kept (set-a holds the
       first 48 hours already, so this changes nothing on the real files).
-    * Label: In-hospital_death of Outcomes-a.txt (the reference's labels[4]), 0 survived, 1 died.
+    * Label: In-hospital_death of the set's Outcomes file (the reference's labels[4]), 0 survived, 1 died.
 
 Deviations from the reference, and why
     * The descriptors are static channels (the last channels of x, repeated at every step,
@@ -55,8 +65,15 @@ from pipeline.data.download import RawFile
 from pipeline.errors import DataError
 
 URL_BASE = "https://physionet.org/files/challenge-2012/1.0.0/"
-ARCHIVE = "set-a.tar.gz"
-OUTCOMES = "Outcomes-a.txt"
+
+def archive_name(letter: str) -> str:
+    """set-<letter>.tar.gz: the records of one set."""
+    return f"set-{letter}.tar.gz"
+
+
+def outcomes_name(letter: str) -> str:
+    """Outcomes-<letter>.txt: the outcomes of one set's records."""
+    return f"Outcomes-{letter}.txt"
 
 # The reference's 41 parameters, in its order: five descriptors, then the time series.
 PARAMS = [
@@ -79,11 +96,14 @@ _WEIGHT = _CODES["Weight"]
 
 
 def raw_files(p: Physionet2012Params) -> list[RawFile]:
-    """set-a and its outcomes, verified against the SHA256SUMS.txt PhysioNet publishes with every
-    project (not pinned here: no checksum is written down that was not computed from the file)."""
+    """Each listed set and its outcomes, verified against the SHA256SUMS.txt PhysioNet publishes with
+    every project (not pinned here: no checksum is written down that was not computed from the file)."""
     sums = URL_BASE + "SHA256SUMS.txt"
-    return [RawFile(URL_BASE + ARCHIVE + "?download", ARCHIVE, checksums_url=sums),
-            RawFile(URL_BASE + OUTCOMES, OUTCOMES, checksums_url=sums)]
+    files = []
+    for letter in p.sets:
+        files += [RawFile(URL_BASE + archive_name(letter) + "?download", archive_name(letter), checksums_url=sums),
+                  RawFile(URL_BASE + outcomes_name(letter), outcomes_name(letter), checksums_url=sums)]
+    return files
 
 
 def _bad_line(name: str, body: list[tuple[int, str]]) -> DataError:
@@ -208,39 +228,72 @@ def read_records(path: Path, p: Physionet2012Params):
         raise DataError(f"{path}: not a readable tar.gz archive ({exc}); the download is corrupt") from exc
 
 
-def build(name: str, p: Physionet2012Params, raw_dir: Path) -> Dataset:
-    """set-a with Outcomes-a -> stratified 70/15/15 splits of the first `max_hours` hours."""
-    raw_dir = Path(raw_dir)
-    outcomes = read_outcomes(raw_dir / OUTCOMES)
-    stays = {}
-    for record_id, values, times, statics in read_records(raw_dir / ARCHIVE, p):
-        if record_id in stays:
-            raise DataError(f"{raw_dir / ARCHIVE}: record {record_id} appears twice")
+def _read_set(name: str, raw_dir: Path, letter: str, p: Physionet2012Params,
+              stays: dict[str, tuple[np.ndarray, np.ndarray, int]], origin: dict[str, str]) -> tuple[int, int]:
+    """Add one set's stays to `stays` {RecordID: (x, times, label)} and their archive to `origin`;
+    return (records read, records its Outcomes file lists)."""
+    archive, outcomes_path = raw_dir / archive_name(letter), raw_dir / outcomes_name(letter)
+    for path in (archive, outcomes_path):
+        if not path.is_file():  # fetch puts every listed set's files here; a hand-made raw folder may not
+            raise DataError(f"{path}: no such file; prepare.{name}.sets lists {letter!r}, whose files "
+                            f"`ctsweep fetch {name}` brings")
+    outcomes = read_outcomes(outcomes_path)
+    read = 0
+    for record_id, values, times, statics in read_records(archive, p):
+        if record_id in origin:
+            where = "" if origin[record_id] == archive.name else f" (also in {origin[record_id]})"
+            raise DataError(f"{archive}: record {record_id} appears twice{where}; record IDs are unique across "
+                            f"the challenge's sets")
         if record_id not in outcomes:
-            raise DataError(f"{raw_dir / ARCHIVE}: record {record_id} has no line in {raw_dir / OUTCOMES}")
+            raise DataError(f"{archive}: record {record_id} has no line in {outcomes_path}")
         x = np.concatenate([values, np.broadcast_to(statics, (len(values), len(statics)))], axis=1)
-        stays[record_id] = (x, times)
-    if not stays:
-        raise DataError(f"{raw_dir / ARCHIVE}: holds no <RecordID>.txt files")
+        stays[record_id], origin[record_id] = (x, times, outcomes[record_id]), archive.name
+        read += 1
+    if not read:
+        raise DataError(f"{archive}: holds no <RecordID>.txt files")
+    return read, len(outcomes)
+
+
+def completeness(counts: dict[str, tuple[int, int]]) -> str:
+    """"" when every listed record was read; else "3,996 of 4,000 records", with the sets that fall
+    short named when several sets are pooled."""
+    read, listed = sum(r for r, _ in counts.values()), sum(n for _, n in counts.values())
+    if read == listed:
+        return ""
+    note = f"{read:,} of {listed:,} records"
+    if len(counts) > 1:
+        note += " (" + ", ".join(f"set-{s}: {r:,} of {n:,}" for s, (r, n) in counts.items() if r != n) + ")"
+    return note
+
+
+def build(name: str, p: Physionet2012Params, raw_dir: Path) -> Dataset:
+    """The listed sets with their outcomes -> stratified 70/15/15 splits of the first `max_hours` hours."""
+    raw_dir = Path(raw_dir)
+    stays: dict[str, tuple[np.ndarray, np.ndarray, int]] = {}
+    origin: dict[str, str] = {}
+    counts = {letter: _read_set(name, raw_dir, letter, p, stays, origin) for letter in p.sets}
     ids = sorted(stays)
-    y = np.asarray([outcomes[i] for i in ids], np.int64)
+    y = np.asarray([stays[i][2] for i in ids], np.int64)
     try:
         parts = stratified_split(y, p.seed)
     except ValueError as exc:
-        raise DataError(f"{raw_dir / OUTCOMES}: stays per class {np.bincount(y, minlength=2).tolist()} "
-                        f"(survived, died) cannot be split 70/15/15 with stratification: {exc}") from exc
+        files = ", ".join(str(raw_dir / outcomes_name(letter)) for letter in p.sets)
+        raise DataError(f"{files}: stays per class {np.bincount(y, minlength=2).tolist()} (survived, died) cannot "
+                        f"be split 70/15/15 with stratification: {exc}") from exc
     length = max(len(stays[i][1]) for i in ids)
     splits = {}
     for split_name, idx in parts.items():
         x, t, mask = pad_sequences([stays[ids[i]][0] for i in idx], [stays[ids[i]][1] for i in idx], length)
         splits[split_name] = Split(x, t, mask, y[idx])
     splits, mean, std = standardise(splits)
+    sets = ", ".join(f"set-{letter}" for letter in p.sets)
+    outcomes = ", ".join(outcomes_name(letter).removesuffix(".txt") for letter in p.sets)
     meta = Meta(
         name=name, task="binary", per_step=False, output_size=1, metric="auroc", channels=TIME_SERIES + STATIC,
-        source=(f"PhysioNet/CinC 2012 set-a with Outcomes-a ({URL_BASE}), in-hospital death, first "
+        source=(f"PhysioNet/CinC 2012 {sets} with {outcomes} ({URL_BASE}), in-hospital death, first "
                 f"{p.max_hours:g} h, times rounded to {p.quantization:g} h (Rubanova et al. 2019; "
                 f"Hasani et al. 2022), stratified 70/15/15 seed {p.seed}"),
         sizes={k: len(v) for k, v in splits.items()}, norm_mean=mean.tolist(), norm_std=std.tolist(),
-        classes=["survived", "died"], static_channels=list(STATIC),
+        classes=["survived", "died"], static_channels=list(STATIC), provenance=completeness(counts),
     )
     return Dataset(meta, splits)

@@ -7,20 +7,35 @@ is exactly constant afterwards. Fitting the padded rows directly is not enough, 
 torchcde fills trailing NaNs forward: the natural cubic spline is global, so it rings after
 the last observation T and its observed part depends on how much padding the split has; the
 Hermite spline still moves on [T, T + 1] with the last backward difference.
+
+Causality (issue 30): with outputs at the knots, the state at step i reads X on [0, i]. Only
+`hermite_causal` (causal_path.py) makes that depend on x_0 .. x_i alone; `cubic` and `hermite`
+read later inputs (LATER_STEPS says how), so CDEModel.causal_arguments swaps in hermite_causal,
+which is what every per-step task trains (pipeline/spaces/causal.py).
 """
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar
+from typing import Any, Callable, ClassVar, Mapping
 
 import torch
 import torchcde
 
-from pipeline.models.base import SequenceModel, last_valid_index, model_arguments
+from pipeline.models.base import SequenceModel, argument_value, last_valid_index, model_arguments
+from pipeline.models.blocks.causal_path import hermite_causal_coeffs
 
 INTERPOLATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "cubic": torchcde.natural_cubic_coeffs,
     "hermite": torchcde.hermite_cubic_coefficients_with_backward_differences,
+    "hermite_causal": hermite_causal_coeffs,  # causal_path.py: what per-step tasks train with
+}
+CAUSAL_INTERPOLATION = "hermite_causal"
+# Why a per-step output at step i reads later inputs with each of the other interpolations.
+LATER_STEPS = {
+    "cubic": "interpolation cubic: the natural cubic spline is fitted to the whole series, so the path "
+             "before step i moves with every later input",
+    "hermite": "interpolation hermite: torchcde fills a missing value from the observation after its gap, "
+               "and X'(0) = x_1 - x_0",
 }
 FIXED_STEP_METHODS = ("rk4", "euler")
 METHODS = FIXED_STEP_METHODS + ("dopri5",)
@@ -75,8 +90,9 @@ def path_coefficients(
         x: (N, L, C) values, NaN where missing and at padding.
         t: (N, L) times.
         mask: (N, L) bool, True at observed steps (a prefix of each row).
-        interpolation: "cubic" (natural cubic spline) or "hermite" (Hermite cubic with
-            backward differences, which is causal).
+        interpolation: "cubic" (natural cubic spline), "hermite" (torchcde's Hermite cubic
+            with backward differences, causal on complete rows only) or "hermite_causal" (the
+            same over values carried forward, causal; causal_path.py).
     Returns:
         coeffs (N, max(L - 1, 1), 4 * (C + 1)) for torchcde.CubicSpline, in x's dtype; segments
         from each row's last observed step on are constant. last (N,) long.
@@ -109,6 +125,18 @@ class CDEModel(SequenceModel):
 
     representation: ClassVar[str] = "interp"
     input_arguments: ClassVar[tuple[str, ...]] = ("interpolation",)
+
+    @classmethod
+    def reads_later_steps(cls, model_kwargs: Mapping[str, Any]) -> str | None:
+        """Why the path makes a per-step output read later inputs (LATER_STEPS), or None."""
+        return LATER_STEPS.get(str(argument_value(cls, model_kwargs, "interpolation")))
+
+    @classmethod
+    def causal_arguments(cls, model_kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """model_kwargs with the causal interpolation (hermite_causal) in place of cubic or hermite."""
+        if cls.reads_later_steps(model_kwargs) is None:
+            return dict(model_kwargs)
+        return {**model_kwargs, "interpolation": CAUSAL_INTERPOLATION}
 
     @classmethod
     def prepare_inputs(

@@ -28,7 +28,7 @@ windows = ceil((L - 1) / r).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import torch
 import torchcde
@@ -117,6 +117,18 @@ class LogSigInputs:
     input_arguments: ClassVar[tuple[str, ...]] = ("logsig_depth", "logsig_step")
     # The path is always piecewise linear: a search space naming `interpolation` fails at load.
     withheld_arguments: ClassVar[tuple[str, ...]] = ("interpolation",)
+
+    @classmethod
+    def reads_later_steps(cls, model_kwargs: Mapping[str, Any]) -> str | None:
+        """Always a reason: the fill of missing values (above) is linear between observations, so
+        a step inside a gap reads the next observation (on complete rows NRDE itself is causal)."""
+        return ("log-signature path: a missing value is filled by linear interpolation from the observation "
+                "after its gap")
+
+    @classmethod
+    def causal_arguments(cls, model_kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """None: no argument changes the fill; the family runs as it is and is marked."""
+        return None
 
     def __init__(self, *, logsig_depth: int = 2, logsig_step: int = 4, **kwargs: Any) -> None:
         check_logsig_args(logsig_depth, logsig_step)

@@ -68,12 +68,14 @@ is followed throughout, but for the reset-gate placement of torch's GRUCell note
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import torch
 import torchdiffeq
 from torch import nn
 
 from pipeline.models.blocks.cde import FIXED_STEP_METHODS, METHODS, check_choice
-from pipeline.models.base import SequenceModel, check_raw_inputs, gather_steps, last_valid_index
+from pipeline.models.base import SequenceModel, argument_value, check_raw_inputs, gather_steps, last_valid_index
 from pipeline.models.cdr_nde.depth_rate import DepthRate, depth_rows
 
 LAPLACIANS = ("uniform", "irregular")
@@ -205,6 +207,21 @@ class CDRNDE(SequenceModel):
 
     representation = "raw"
 
+    @classmethod
+    def reads_later_steps(cls, model_kwargs: Mapping[str, Any]) -> str | None:
+        """With an adaptive depth solver: its error control takes one norm over the state (B, L, H) of
+        every step at once, so h(t_i, T') moves with later inputs (within the solver's tolerance)."""
+        if argument_value(cls, model_kwargs, "method") in FIXED_STEP_METHODS:
+            return None
+        return "an adaptive depth solver (method dopri5) steps all steps at once, its step size set by later ones"
+
+    @classmethod
+    def causal_arguments(cls, model_kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Explicit Euler in depth (Table 1's solver for CDR-NDE) in place of an adaptive one."""
+        if cls.reads_later_steps(model_kwargs) is None:
+            return dict(model_kwargs)
+        return {**model_kwargs, "method": "euler"}
+
     def __init__(
         self,
         *,
@@ -287,7 +304,17 @@ class CDRNDEHeat(CDRNDE):
     Diffusion is stiff: explicit Euler with step depth / solver_steps is stable only while
     diffusivity * step <= 1/2 for the uniform stencil (the paper's setting, k = 1, T' = 1 with two
     steps, sits on that limit), and <= min_gap^2 / 2 for the irregular one.
+
+    Not causal, by construction: the stencil of Eq. 14 (uniform or irregular; diffusivity > 0)
+    moves h(t_i, t') with h(t_{i+1}, t'), so a per-step output reads later inputs whatever the
+    arguments. It runs as published; the report marks it on per-step tasks (issue 30).
     """
+
+    causal = False
+
+    @classmethod
+    def reads_later_steps(cls, model_kwargs: Mapping[str, Any]) -> str | None:
+        return "the heat Laplacian of Eq. 14 couples h(t_i) with h(t_{i+1}) in depth"
 
     def __init__(
         self,

@@ -19,7 +19,7 @@ which logsig.py does not expose, and the rough-path dataset (EigenWorms) has non
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 from pipeline.models.blocks.cde import FIXED_STEP_METHODS
 from pipeline.models.fast_weights.cde import DeltaCDEFWP, HebbCDEFWP, OjaCDEFWP
@@ -46,6 +46,13 @@ class _RoughFWP(LogSigInputs):
 
     # No static initial state (see the module doc): the statics are not separable in the log-signature channels.
     withheld_arguments: ClassVar[tuple[str, ...]] = ("static_channels",)
+
+    @classmethod
+    def reads_later_steps(cls, model_kwargs: Mapping[str, Any]) -> str | None:
+        """LogSigInputs' fill, and X'(0): the writer (W(0)) or the query of the steps before the first
+        window boundary read X' at knot 0, the first window's log-signature (steps 0 .. logsig_step)."""
+        return (f"{super().reads_later_steps(model_kwargs)}; steps before the first window boundary read the "
+                "first window's log-signature")
 
     def __init__(self, *, method: str = "rk4", **kwargs: Any) -> None:
         check_fixed_step(method)
