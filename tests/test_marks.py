@@ -367,7 +367,7 @@ def test_a_family_that_reads_later_steps_is_marked_in_metrics_json_and_the_repor
     assert metrics["w"][HEAT]["marks"] == [{"mark": NOT_CAUSAL, "detail": LATER}]
     assert metrics["w"][CDR]["marks"] == [] and metrics["w"][CDR]["best"]
     md = (per_step / "reports" / "results.md").read_text()
-    assert f"| {HEAT} ¶ | 81.00 ± 1.00 | 81.00 ± 1.00 | 97.00 [1] ¶ |" in md  # ours and the paper's figure
+    assert f"| {HEAT} ¶ | 81.00 ± 1.00 | 81.00 ± 1.00 | 97.00 [1] ¶ (Δ -16.00; outside our 95 % CI) |" in md  # ours and the paper's figure
     assert f"| **{CDR}** (best) | 91.00 ± 1.00 |" in md
     assert "¶ Not causal: on this per-step task the family's output at a step reads inputs after that step" in md
     assert f"{HEAT}: {LATER}." in md

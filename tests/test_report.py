@@ -14,6 +14,7 @@ import pytest
 from pipeline.errors import ConfigError, MissingInputError
 from pipeline.final.stage import _summary
 from pipeline.stores.paths import final_result_path, search_result_path
+from pipeline.reporting.paper_column import mean_interval
 from pipeline.reporting.report import best_family, report
 from pipeline.reporting.tables import p_value, tie_lines
 from pipeline.reporting.stats import welch
@@ -131,8 +132,42 @@ def test_paper_figures_are_shown_with_their_citation(project: Path) -> None:
         " source: p1, where: Table 4, note: 100k samples}\n")
     report(project, ["d"], ["a", "b"])
     table = (project / "reports" / "results.md").read_text()
-    assert "| b | 60.67 ± 1.15 | 65.00 ± 5.00 | 99.42 ± 0.42 [1] |" in table
+    assert "| b | 60.67 ± 1.15 | 65.00 ± 5.00 | 99.42 ± 0.42 [1] (Δ -38.75; outside our 95 % CI) |" in table
     assert "[1] Someone et al. 2022, A paper <https://example.org>" in table and "Table 4; 100k samples" in table
+
+
+def test_the_paper_s_mean_is_checked_against_our_95_percent_interval() -> None:
+    """Student's t over the seeds: b's 0.60, 0.60, 0.62 give 0.6067 ± 4.303 x 0.01155 / sqrt(3)."""
+    low, high = mean_interval([0.6, 0.6, 0.62])
+    assert (low, high) == (pytest.approx(0.6067 - 0.0287, abs=1e-4), pytest.approx(0.6067 + 0.0287, abs=1e-4))
+    assert mean_interval([0.6]) is None and mean_interval([0.5, 0.5]) == (0.5, 0.5)
+
+
+def test_a_best_run_figure_is_labelled_and_set_beside_our_best_seed(project: Path) -> None:
+    (project / "references.yaml").write_text(
+        "sources:\n  p1: {citation: 'Someone 2022', best_run: true}\n  p2: {citation: 'Other 2021'}\n"
+        "figures:\n  - {dataset: d, family: b, metric: accuracy, mean: 61, unit: percent, source: p1, where: T1}\n"
+        "  - {dataset: d, family: a, metric: accuracy, mean: 84, std: 1, unit: percent, source: p2, where: T2}\n")
+    report(project, ["d"], ["a", "b"])
+    table = (project / "reports" / "results.md").read_text()
+    assert "| 61.00 [2] (best run; our best seed 62.00) |" in table  # b's seeds: 60, 60, 62
+    assert "| 84.00 ± 1.00 [1] (Δ +1.00; inside our 95 % CI) |" in table  # a's 85, 80, 90: 85 ± 12.4
+
+
+def test_a_paper_row_of_a_variant_we_did_not_run_is_listed_not_compared(project: Path) -> None:
+    """A paper reporting two variants of a family (review finding N10): only the row whose model
+    arguments our configuration has sits in the cell; the other is listed under the table."""
+    (project / "references.yaml").write_text(
+        "sources:\n  p1: {citation: 'Someone 2022'}\nfigures:\n"
+        "  - {dataset: d, family: b, metric: accuracy, mean: 61, std: 1, unit: percent, source: p1,"
+        " where: T1 slow, config: {lr: 0.0003}}\n"
+        "  - {dataset: d, family: b, metric: accuracy, mean: 70, std: 1, unit: percent, source: p1,"
+        " where: T1 fast, config: {lr: 0.01}}\n")
+    report(project, ["d"], ["a", "b"])  # b ran with lr 3e-4
+    table = (project / "reports" / "results.md").read_text()
+    assert "| 61.00 ± 1.00 [1] (Δ -0.33; inside our 95 % CI) |" in table and "70.00 ± 1.00 [1] (Δ" not in table
+    assert ("- b: 70.00 ± 1.00 [1] (T1 fast) is the paper's run with lr 0.01; ours ran with lr 0.0003, "
+            "so it is not compared.") in table
 
 
 def test_bad_reference_file_names_the_key(project: Path) -> None:

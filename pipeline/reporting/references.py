@@ -1,10 +1,12 @@
 """Figures the source papers report, read from `references.yaml`, for the report to show beside ours.
 
     sources:
-      <key>: {citation: "...", url: "...", tables: ["Table 1", "Sec. 4", ...] (optional)}
+      <key>: {citation: "...", url: "...", tables: ["Table 1", "Sec. 4", ...] (optional),
+              best_run: true (optional: each figure is a best run, not a mean over seeds)}
     figures:            # same dataset, same task, same model family: shown beside our numbers
       - {dataset, family, metric, mean, std (optional), unit, source: <key>,
-         where: "Table 4, <column>", note: "how the paper's setting differs" (optional)}
+         where: "Table 4, <column>", note: "how the paper's setting differs" (optional),
+         config: {model argument: value} (optional: the row's variant, shown only beside a run of it)}
     other_tasks:        # same dataset, a different task: kept for the record, never compared
       - {the same keys, and task: "what the paper's task is"}
 
@@ -46,6 +48,7 @@ class Source(_Strict):
     citation: str
     url: str = ""
     tables: list[str] = []
+    best_run: bool = False  # every figure is the best of several runs (no std): compared with our best seed
 
     def names_table(self, where: str) -> bool:
         """Whether `where` starts with one of this source's tables (always, when none are listed)."""
@@ -66,6 +69,9 @@ class Figure(_Strict):
     source: str
     where: str = Field(min_length=1)
     note: str = ""
+    # the model arguments of the paper's row where it reports several variants of the family
+    # (e.g. {method: euler}); shown beside ours only when our configuration has them
+    config: dict[str, str | int | float | bool] = {}
 
     @field_validator("unit")
     @classmethod

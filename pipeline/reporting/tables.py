@@ -10,21 +10,13 @@ import json
 import math
 from typing import Any
 
+from pipeline.reporting.numbers import fmt, signed
+from pipeline.reporting.paper_column import paper_cell, split_figures, unrun_lines
 from pipeline.reporting.marks import FAILED, NOT_CAUSAL, RULES, SYMBOLS, Mark, is_failed
 from pipeline.reporting.references import Figure, References
 from pipeline.reporting.stats import Welch, kendall_tau, ranking, welch
 
 ALPHA = 0.05  # "significantly different" in the table's wording
-
-
-def fmt(mean: float, std: float | None, metric: str) -> str:
-    k, digits = (100.0, 2) if metric == "accuracy" else (1.0, 4)
-    return f"{k * mean:.{digits}f}" + ("" if std is None else f" ± {k * std:.{digits}f}")
-
-
-def _diff(diff: float, metric: str) -> str:
-    k, digits = (100.0, 2) if metric == "accuracy" else (1.0, 4)
-    return f"{k * diff:+.{digits}f}"
 
 
 def repeated(results: dict[str, dict[str, Any]]) -> bool:
@@ -63,18 +55,7 @@ def versus_best(w: Welch | None, metric: str) -> str:
     """The table cell: test difference to the best family and the two-sided p-value."""
     if w is None:
         return "best"
-    return f"{_diff(w.diff, metric)} ({p_value(w.p)})"
-
-
-def _paper(figures: list[Figure], metric: str, cited: dict[str, int], mark: str = "") -> str:
-    """The paper (test) cell; `mark`: a symbol each figure carries too (the family's published form
-    reads later steps, so the paper's number has the same confound)."""
-    cells = []
-    for f in figures:
-        mean, std = f.as_fraction()
-        number = cited.setdefault(f.source, len(cited) + 1)
-        cells.append(f"{fmt(mean, std, metric)} [{number}]" + (f" {mark}" if mark else ""))
-    return "; ".join(cells) or "—"
+    return f"{signed(w.diff, metric)} ({p_value(w.p)})"
 
 
 def results_table(dataset: str, finals: dict[str, dict[str, Any]], best: str | None, refs: References,
@@ -94,11 +75,14 @@ def results_table(dataset: str, finals: dict[str, dict[str, Any]], best: str | N
              f"| family | test | validation | paper (test) | Δ test vs best ({welch_label}) | seeds |{extra} parameters "
              "| s / epoch | trials (failed) |",
              f"|---|---|---|---|---|---|{extra_rule}---|---|---|"]
+    unrun: dict[str, list[Figure]] = {}  # paper rows of a variant we did not run: under the table
     for family, r in finals.items():
         symbols = "".join(SYMBOLS[m.mark] for m in marks.get(family, []) if m.mark in SYMBOLS)
         name = (f"**{family}** (best)" if family == best else family) + (f" {symbols}" if symbols else "")
         later = SYMBOLS[NOT_CAUSAL] if any(m.mark == NOT_CAUSAL for m in marks.get(family, [])) else ""
-        paper = _paper([f for f in refs.for_pair(dataset, family) if f.metric == metric], metric, cited, later)
+        ours = None if is_failed(r) else r
+        shown, unrun[family] = split_figures([f for f in refs.for_pair(dataset, family) if f.metric == metric], ours)
+        paper = paper_cell(shown, refs, ours, cited, later)
         if is_failed(r):
             trials = f"{r['n_trials']} ({r['n_failed']})"
             lines.append(f"| {name} | failed | failed | {paper} | — | 0 |{' — |' if by_repeat else ''} — | — "
@@ -109,7 +93,8 @@ def results_table(dataset: str, finals: dict[str, dict[str, Any]], best: str | N
                      f"{fmt(r['val_mean'], r['val_std'], metric)} | {paper} | "
                      f"{versus_best(tests[family], metric)} | {r['n_seeds']} |{spread} {r['params']:,} | "
                      f"{r['seconds_per_epoch']:.2f} | {r['n_trials']} ({r['n_failed']}) |")
-    return lines + [""] + tie_lines(finals, best) + footnotes(marks)
+    configs = {f: r.get("model_config", r.get("config", {})) for f, r in finals.items() if not is_failed(r)}
+    return lines + [""] + tie_lines(finals, best) + footnotes(marks) + unrun_lines(unrun, cited, configs)
 
 
 def tie_lines(finals: dict[str, dict[str, Any]], best: str | None) -> list[str]:
