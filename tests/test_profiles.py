@@ -26,7 +26,7 @@ from pipeline.data.contract import Dataset, Meta, Split
 from pipeline.data.kinds.sepsis import channel_names
 from pipeline.errors import ConfigError
 from pipeline.models import MODELS
-from pipeline.spaces import causal_space, check_for_dataset, load_space, space_path, split_config
+from pipeline.spaces import causal_space, check_for_dataset, fix_values, load_space, space_path, split_config
 from pipeline.training.loop import Trainer, TrainSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,6 +138,7 @@ def test_profile_loads_validates_and_fits_every_space(name: str) -> None:
         meta = fixture_dataset(dataset, params.prepare[dataset]).meta
         for family in params.families:
             space = load_space(space_path(ROOT, family), family).for_dataset(dataset)
+            space, _ = fix_values(space, params.search.fixed.get(family, {}))  # a paper's protocol for a baseline
             epochs = params.final.for_family(family).epochs
             check_for_dataset(space, dataset, meta.task, bool(meta.vocab_size), epochs)  # raises if not
 
@@ -150,6 +151,7 @@ def test_profile_first_trials_train_one_step_on_fixture_data(name: str) -> None:
         data = fixture_dataset(dataset, params.prepare[dataset])
         for family in params.families:
             space = load_space(space_path(ROOT, family), family).for_dataset(dataset)
+            space, _ = fix_values(space, params.search.fixed.get(family, {}))  # as the search plans it
             if data.meta.per_step:  # as the search plans it: nothing reads later steps (pipeline/sweep/plans.py)
                 space, _ = causal_space(space, dataset)
             train_cfg, model_cfg = split_config({**space.reference, **space.fixed})
@@ -171,6 +173,13 @@ def test_family_epochs_come_from_the_paper_tables() -> None:
     assert [cpu.final.for_family(f).epochs for f in ("cfc", "cfc_no_gate", "cfc_mmrnn")] == [57, 58, 65]
     assert set(cpu.families) < set(cfc.families) and cpu.families[:3] == ["cfc", "cfc_no_gate", "cfc_mmrnn"]
     _, xor = profiles.load("cfc-xor", PARAMS)
+    _, cdrnde = profiles.load("cdrnde", PARAMS)  # the baselines train with Table 2's protocol (review N4)
+    baselines = [f for f in cdrnde.families if not f.startswith("cdr_nde")]
+    assert sorted(cdrnde.search.fixed) == sorted(baselines) and all(
+        v == {"optimizer": "rmsprop", "lr": 0.005, "batch_size": 256, "hidden_size": 64, "lr_schedule": "step",
+              "lr_decay": 0.1, "lr_step_fraction": 0.5} for v in cdrnde.search.fixed.values())
+    _, tw = profiles.load("tw-physionet2012", PARAMS)  # both latent models read the same state (N2)
+    assert tw.search.fixed["latent_ode"] == {"sequence_readout": "decoded"}
     assert xor.prepare["xor_event"].n_train == 100_000 and xor.final.epochs == 200
 
 

@@ -25,6 +25,7 @@ from pipeline.errors import ConfigError
 
 # bound of every `min_steps` key: a typo cannot ask for 10^12 optimiser steps (issue 29)
 MAX_STEPS = 10_000_000
+FixedValue = str | bool | int | float  # a value `search.fixed` sets: YAML scalars only
 MAX_CPU, MAX_GPU, MAX_WORKERS = 1024, 64, 1024  # per trial or seed: beyond any one Ray cluster here
 
 
@@ -128,6 +129,10 @@ class SearchParams(_Strict):
     resources: Resources = Resources()
     family_resources: dict[Name, ResourceOverride] = Field(
         default_factory=dict, description="per-family changes to `resources`, e.g. {cdr_nde_heat: {cpu: 2}}")
+    fixed: dict[Name, dict[Name, FixedValue]] = Field(
+        default_factory=dict, description="per family, values fixed in this run over its space's reference and fixed "
+        "values, no longer searched, e.g. {ode_rnn: {optimizer: rmsprop, lr: 0.005}} (a paper's protocol for its "
+        "baselines in a reproduction profile; pipeline/spaces/overrides.py)")
     max_failures: int = Field(
         2, ge=0, le=100, description="at most 100 retries of a trial whose process or node died, from its last checkpoint "
                              "(a NaN loss or a solver failure is final and never retried)")
@@ -140,7 +145,7 @@ class SearchParams(_Strict):
         "ray_results", min_length=1, max_length=4096, description="Ray Tune storage: relative to the root, an absolute path (on a shared "
                                    "filesystem for a multi-node cluster) or a URI such as s3://bucket/ctsweep")
 
-    _family_names = field_validator("family_resources", "family_time_limit_s")(_known_families)
+    _family_names = field_validator("family_resources", "family_time_limit_s", "fixed")(_known_families)
     _epochs = field_validator("epochs")(_counted(1, MAX_EPOCHS, "the most epochs a trial trains"))
     _min_steps = field_validator("min_steps")(_counted(1, MAX_STEPS, "1: one pass over the training split per epoch"))
 

@@ -81,14 +81,14 @@ def load(name: str, params_path: Path) -> tuple[dict[str, Any], Params]:
 
 def check_spaces(name: str, params: Params, root: Path) -> int:
     """Load every listed family's space for every listed dataset (its per-dataset reference and
-    fixed values); return the number of (dataset, family) pairs. Raises the space's ConfigError."""
-    from pipeline.spaces import load_space, space_path
+    fixed values, and the profile's `search.fixed` over them); return the number of (dataset, family) pairs. Raises the space's ConfigError."""
+    from pipeline.spaces import fix_values, load_space, space_path
 
     spaces = {family: load_space(space_path(root, family), family) for family in params.families}
     for dataset in params.datasets:
         for family, space in spaces.items():
             try:
-                space.for_dataset(dataset)
+                fix_values(space.for_dataset(dataset), params.search.fixed.get(family, {}))
             except ConfigError as exc:
                 raise ConfigError(f"profile {name}: {exc}") from None
     return len(spaces) * len(params.datasets)

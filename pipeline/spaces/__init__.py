@@ -34,9 +34,11 @@ from pipeline.config.arguments import TRAINING_KEYS
 from pipeline.spaces.causal import causal_space
 from pipeline.spaces.checks import check_for_dataset
 from pipeline.spaces.load import load_space, space_path
+from pipeline.spaces.overrides import fix_values
 from pipeline.spaces.space import ParamSpec, SearchSpace, _sample, split_config  # noqa: F401  _sample: see below
 
 # _sample is what SearchSpace.define_by_run wraps; Ray Tune pickles it into a search's experiment
 # state, and states saved before the split name it pipeline.spaces._sample (pipeline/moved.py).
 
-__all__ = ["ParamSpec", "SearchSpace", "TRAINING_KEYS", "causal_space", "check_for_dataset", "load_space", "space_path", "split_config"]
+__all__ = ["ParamSpec", "SearchSpace", "TRAINING_KEYS", "causal_space", "check_for_dataset", "fix_values", "load_space",
+           "space_path", "split_config"]

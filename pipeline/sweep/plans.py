@@ -18,7 +18,7 @@ from pipeline.data.inputs import fingerprint as data_fingerprint
 from pipeline.models import get_model_class
 from pipeline.models import user as user_families
 from pipeline.models.blocks.embedding import check_token_family
-from pipeline.spaces import SearchSpace, causal_space, check_for_dataset, load_space, space_path
+from pipeline.spaces import SearchSpace, causal_space, check_for_dataset, fix_values, load_space, space_path
 from pipeline.stores import staleness, tracking
 from pipeline.stores.files import check_writable
 from pipeline.stores.paths import search_result_path
@@ -50,12 +50,14 @@ def search_fingerprint(dataset: str, family: str, p: SearchParams, space_file: P
     resume a search whose trials read later steps); None keeps every other fingerprint as it was."""
     code = user_families.code_digest(family)  # a family of the user's: its code too (built-in: the stage's digest)
     # min_steps only when set: a search run before the floor existed trained with none (1)
-    unchanged = {"min_steps"} if p.min_steps == 1 else set()
+    unchanged = ({"min_steps"} if p.min_steps == 1 else set()) | {"fixed"}  # fixed: this family's own, below
+    own = p.fixed.get(family)
     adjusted = None if causal is None else {"params": {n: dataclasses.asdict(s) for n, s in causal.params.items()},
                                             "fixed": causal.fixed, "reference": causal.reference}
     blob = json.dumps({"dataset": dataset, "family": family, "params": p.model_dump(exclude=set(PLACEMENT_KEYS) | unchanged),
                        "space": space_file.read_text(), "data": data_fingerprint(data_dir),
-                       **({"code": code} if code else {}), **({"causal_space": adjusted} if adjusted else {})},
+                       **({"code": code} if code else {}), **({"causal_space": adjusted} if adjusted else {}),
+                       **({"fixed": own} if own else {})},
                       sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -79,6 +81,9 @@ def plan_family(root: Path, dataset: str, family: str, p: SearchParams, meta: An
     if meta.vocab_size:  # a token dataset: refuse families that cannot read an embedding, before Ray
         check_token_family(family, get_model_class(family), dataset)
     space = load_space(space_path(root, family), family).for_dataset(dataset)  # its fixed values and reference
+    space, note = fix_values(space, p.fixed.get(family, {}))  # this run's protocol for it (a profile's)
+    if note:
+        print(f"ctsweep: search: {note}", file=sys.stderr)
     n_train = (meta.sizes or {}).get("train")
     if n_train:  # a batch never exceeds the training split (pipeline/training/budget.py)
         space, note = space.clip_batch(int(n_train), dataset)
