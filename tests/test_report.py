@@ -170,6 +170,19 @@ def test_a_paper_row_of_a_variant_we_did_not_run_is_listed_not_compared(project:
             "so it is not compared.") in table
 
 
+def test_a_paper_row_of_another_model_under_the_family_s_name_is_listed_not_compared(project: Path) -> None:
+    """Review finding N5: CfC's and CDR-NDE's "GRU-ODE" is Lechner & Hasani's, not the family's."""
+    (project / "references.yaml").write_text(
+        "sources:\n  p1: {citation: 'Someone 2022'}\nfigures:\n"
+        "  - {dataset: d, family: b, metric: accuracy, mean: 52, std: 1, unit: percent, source: p1,"
+        " where: T4, other_model: 'their GRU-ODE, an ODE between observations'}\n")
+    report(project, ["d"], ["a", "b"])
+    table = (project / "reports" / "results.md").read_text()
+    assert "| b | 60.67 ± 1.15 | 65.00 ± 5.00 | — |" in table
+    assert ("- b: 52.00 ± 1.00 [1] (T4) is another model: their GRU-ODE, an ODE between observations, "
+            "so it is not compared.") in table
+
+
 def test_bad_reference_file_names_the_key(project: Path) -> None:
     (project / "references.yaml").write_text(
         "sources: {}\nfigures:\n  - {dataset: d, family: b, metric: accuracy, mean: 1, unit: percent,"

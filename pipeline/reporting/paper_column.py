@@ -1,10 +1,11 @@
 """The "paper (test)" column: the source papers' figures beside ours, and how ours compare.
 
 A figure is shown beside a family's result only when it is a figure of the run we made
-(issue 30, review finding N10): a paper that reports several variants of one family (CDR-NDE-heat
-solved with Euler and with dopri5; an NRDE at log-signature depth 1 and 2) lists the model
-arguments of each row under `config` in references.yaml, and a row whose arguments our best
-configuration does not have is listed under the table as "no run of ours", never in the cell.
+(issue 30, review findings N10 and N5): a paper that reports several variants of one family
+(CDR-NDE-heat solved with Euler and with dopri5; an NRDE at log-signature depth 1 and 2) lists
+the model arguments of each row under `config` in references.yaml, and a row whose arguments our
+best configuration does not have is listed under the table as "no run of ours", never in the
+cell; so is a row of another model filed under the family (`other_model` says which).
 
 Each figure in the cell says how ours compares (review finding N3 for best runs):
   - a mean over seeds: the difference (ours - paper) and whether the paper's mean lies inside our
@@ -68,12 +69,13 @@ def comparison(figure: Figure, refs: References, record: dict[str, Any] | None, 
 
 
 def split_figures(figures: list[Figure], record: dict[str, Any] | None) -> tuple[list[Figure], list[Figure]]:
-    """(figures of the run we made, figures of a variant we did not run). Without a record (the
-    family failed) every figure stays in the cell: there is no configuration to tell them apart."""
+    """(figures of the run we made, figures no run of ours stands behind): a figure of another
+    model under the family's name (`other_model`), or of a variant we did not run (`config`).
+    Without a record (the family failed) the variants stay in the cell: there is no
+    configuration to tell them apart."""
     config = (record or {}).get("model_config", (record or {}).get("config"))
-    if config is None:
-        return figures, []
-    return [f for f in figures if matches(f, config)], [f for f in figures if not matches(f, config)]
+    shown = [f for f in figures if not f.other_model and (config is None or matches(f, config))]
+    return shown, [f for f in figures if f not in shown]
 
 
 def paper_cell(figures: list[Figure], refs: References, record: dict[str, Any] | None, cited: dict[str, int],
@@ -92,16 +94,18 @@ def paper_cell(figures: list[Figure], refs: References, record: dict[str, Any] |
 
 def unrun_lines(unrun: dict[str, list[Figure]], cited: dict[str, int],
                 record_configs: dict[str, dict[str, Any]]) -> list[str]:
-    """Under a table: the paper rows no run of ours stands behind, with the arguments that differ."""
+    """Under a table: the paper rows no run of ours stands behind, and why."""
     lines = []
     for family, figures in unrun.items():
         ours = record_configs.get(family, {})
         for f in figures:
             mean, std = f.as_fraction()
             number = cited.setdefault(f.source, len(cited) + 1)
-            wanted = ", ".join(f"{k} {v}" for k, v in f.config.items())
-            have = ", ".join(f"{k} {ours.get(k, 'unset')}" for k in f.config)
-            shown = fmt(mean, std, f.metric)
-            lines.append(f"- {family}: {shown} [{number}] ({f.where}) is the paper's run with {wanted}; "
-                         f"ours ran with {have}, so it is not compared.")
+            if f.other_model:
+                why = f"is another model: {f.other_model}"
+            else:
+                wanted = ", ".join(f"{k} {v}" for k, v in f.config.items())
+                have = ", ".join(f"{k} {ours.get(k, 'unset')}" for k in f.config)
+                why = f"is the paper's run with {wanted}; ours ran with {have}"
+            lines.append(f"- {family}: {fmt(mean, std, f.metric)} [{number}] ({f.where}) {why}, so it is not compared.")
     return ["No run of ours behind these paper rows:", "", *lines, ""] if lines else []

@@ -6,7 +6,8 @@
     figures:            # same dataset, same task, same model family: shown beside our numbers
       - {dataset, family, metric, mean, std (optional), unit, source: <key>,
          where: "Table 4, <column>", note: "how the paper's setting differs" (optional),
-         config: {model argument: value} (optional: the row's variant, shown only beside a run of it)}
+         config: {model argument: value} (optional: the row's variant, shown only beside a run of it),
+         other_model: "which model it is" (optional: another model under the family's name, never compared)}
     other_tasks:        # same dataset, a different task: kept for the record, never compared
       - {the same keys, and task: "what the paper's task is"}
 
@@ -72,6 +73,9 @@ class Figure(_Strict):
     # the model arguments of the paper's row where it reports several variants of the family
     # (e.g. {method: euler}); shown beside ours only when our configuration has them
     config: dict[str, str | int | float | bool] = {}
+    # where the paper's model carries the family's name but is another model: which, and why
+    # (e.g. Lechner & Hasani's GRU-ODE vs Kidger et al.'s path-driven one); listed, never compared
+    other_model: str = ""
 
     @field_validator("unit")
     @classmethod
