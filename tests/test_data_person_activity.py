@@ -156,6 +156,22 @@ def test_split_follows_reference_permutation(tmp_path, http_server):
     assert ids("train") == {order[i] for i in perm[n_test + n_val:]}
 
 
+def test_the_rows_test_windows_share_with_training_windows_are_stated(tmp_path, http_server):
+    """Review N7: windows overlap (stride 16 of 32) and are split at random, as in the papers."""
+    lines, _ = person_lines()
+    write_person(http_server.root, lines)
+    meta, ds = run(tmp_path, http_server)
+
+    def rows(split):  # every (recording, row) a split's windows hold, from the windows' own traces
+        return {(rec, start + k) for rec, start in (
+            (list(RECORDINGS)[int(round(w[0, 4]))], int(round(w[0, 5]))) for w in raw_x(ds, split)) for k in range(32)}
+
+    shared = {s: 100 * len(rows(s) & rows("train")) / len(rows(s)) for s in ("test", "val")}
+    assert 0 < shared["test"] < 100
+    assert meta.provenance == (f"overlapping windows: {shared['test']:.1f} % of test rows and {shared['val']:.1f} % "
+                               f"of validation rows also lie in a training window (the papers' protocol)")
+
+
 def test_train_statistics_standardise(tmp_path, http_server):
     lines, _ = person_lines()
     write_person(http_server.root, lines)

@@ -182,6 +182,11 @@ def test_split_follows_rubanovas_train_test_split(tmp_path, served):
     assert ids("val") == {order[i] for i in train[:n_val]}
     assert ids("train") == {order[i] for i in train[n_val:]}
 
+    rows = {k: {(rec, first + b) for rec, first in ids(k) for b in range(WINDOW)} for k in ("train", "val", "test")}
+    shared = {k: 100 * len(rows[k] & rows["train"]) / len(rows[k]) for k in ("test", "val")}  # review N7
+    assert meta.provenance == (f"overlapping windows: {shared['test']:.1f} % of test rows and {shared['val']:.1f} % "
+                               f"of validation rows also lie in a training window (the papers' protocol)")
+
 
 def test_train_statistics_standardise_the_observed_values(tmp_path, served):
     _, ds = run(tmp_path, served)

@@ -5,8 +5,9 @@ publisher's data, carried from prepare to every result made from it.
 
 It is built at prepare time from the raw files' marks in data/raw.lock (raw_lock.py: a copy used
 with `--unverified-copy`) and the loader's own note (Meta.provenance as `build` returns it: records
-its source lists but the copy lacks), and kept in meta.json. Empty when every raw file was verified
-and complete; then meta.json omits it, so a dataset prepared before the note existed keeps its bytes
+its source lists but the copy lacks, or a caveat of the protocol itself such as Person Activity's
+overlapping windows, pipeline/data/overlap.py), and kept in meta.json. Empty when every raw file was
+verified and complete and the loader has nothing to say; then meta.json omits it, so a dataset prepared before the note existed keeps its bytes
 (and the fingerprints of resumable searches and final stages built on them).
 
 The search and final stages tag their MLflow runs with it (`data_provenance`) and write it into

@@ -109,6 +109,7 @@ from tqdm import tqdm
 from pipeline.config import PersonActivityParams
 from pipeline.data.contract import Dataset, Meta, Split, standardise, take
 from pipeline.data.download import RawFile
+from pipeline.data.overlap import overlap_note, window_rows
 from pipeline.errors import DataError
 
 URL = "https://archive.ics.uci.edu/ml/machine-learning-databases/00196/ConfLongDemo_JSI.txt"
@@ -293,9 +294,10 @@ def build(name: str, p: PersonActivityParams, raw_dir: Path) -> Dataset:
                         f"(stride {p.stride}), too few for non-empty {empty} splits")
     full = Split(x=x, t=t, mask=np.ones(t.shape, bool), y=y)
     splits, mean, std = standardise({k: take(full, v) for k, v in idx.items()})
+    shared = overlap_note(window_rows([b - a for a, b in bounds], p.window, p.stride), idx)
     meta = Meta(
         name=name, task="classification", per_step=True, output_size=len(CLASSES), metric="accuracy",
-        channels=CHANNELS,
+        channels=CHANNELS, provenance=shared,
         source=(f"UCI Localization Data for Person Activity ({URL}); ODE-LSTM preprocessing "
                 f"(mlech26l/ode-lstms PersonData): 4-tag one-hot + x,y,z per row, 11 activities merged "
                 f"to 7, {len(bounds)} recordings cut into windows of {p.window} rows with stride {p.stride}, "
@@ -368,11 +370,12 @@ def build_rubanova(name: str, p: PersonActivityParams, raw_dir: Path) -> Dataset
     NaN for a tag not read in a bin, t (N, window) seconds, y (N, window) of 7 classes."""
     rows = read_rows(Path(raw_dir) / FILENAME, RUBANOVA_CLASS_OF)
     bounds = recording_bounds(rows["sequence"])
-    xs, ts, ys = [], [], []
+    xs, ts, ys, lengths = [], [], [], []
     for a, b in tqdm(bounds, desc="person_activity recordings", disable=None):
         order = a + np.argsort(rows["ticks"][a:b], kind="stable")  # no-op on the published file
         binned = bin_recording(rows["tag"][order], rows["ticks"][order], rows["xyz"][order], rows["label"][order])
         x, t, y = chunk_recording(*binned, p.window, p.stride)
+        lengths.append(len(binned[0]))  # bins: chunk_recording's starts range over them
         xs.append(x)
         ts.append(t)
         ys.append(y)
@@ -389,9 +392,10 @@ def build_rubanova(name: str, p: PersonActivityParams, raw_dir: Path) -> Dataset
                         f"(stride {p.stride}), too few for non-empty {empty} splits")
     full = Split(x=x, t=t, mask=np.ones(t.shape, bool), y=y)
     splits, mean, std = standardise({k: take(full, v) for k, v in idx.items()})
+    shared = overlap_note(window_rows(lengths, p.window, p.stride), idx)
     meta = Meta(
         name=name, task="classification", per_step=True, output_size=len(RUBANOVA_CLASSES), metric="accuracy",
-        channels=RUBANOVA_CHANNELS,
+        channels=RUBANOVA_CHANNELS, provenance=shared,
         source=(f"UCI Localization Data for Person Activity ({URL}); Latent ODE preprocessing (Rubanova et al. "
                 f"2019, YuliaRubanova/latent_ode person_activity.py; Kohan et al. 2022 Sec. 3.2): 10 ms bins, "
                 f"4 tags x (x, y, z) averaged per bin (NaN if a tag is not read), 11 activities merged to 7, "
