@@ -88,7 +88,7 @@ def test_the_readme_example_runs_the_user_s_family_beside_the_built_in_ones(exam
     metrics = json.loads((root / "reports" / "metrics.json").read_text())[DATASET]
     families = yaml.safe_load(_blocks("yaml")[0])["families"]
     assert FAMILY in families and set(metrics) == set(families)
-    assert metrics[FAMILY]["status"] == "ok" and metrics[FAMILY]["n_seeds"] == 2 and metrics[FAMILY]["params"] > 0
+    assert metrics[FAMILY]["status"] == "ok" and metrics[FAMILY]["n_seeds"] == 2 and metrics[FAMILY]["n_parameters"] > 0
     searched = json.loads((root / "results" / DATASET / "search" / f"{FAMILY}.json").read_text())
     assert searched["reference"] == {"lr": 0.005, "hidden_size": 32}  # the template's space, tried first
     assert FAMILY in (root / "reports" / "results.md").read_text()

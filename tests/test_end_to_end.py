@@ -77,7 +77,8 @@ def test_outputs_and_tables(repro: tuple[Path, str]) -> None:
     assert set(metrics[DATASET]) == set(FAMILIES)
     for family, m in metrics[DATASET].items():
         assert m["n_seeds"] == len(SEEDS) and m["n_trials"] == TRIALS and 0 <= m["test_mean"] <= 1
-        assert m["params"] > 0 and "seconds_per_epoch" not in m and m["n_repeats"] == 1  # no timings: reproducible
+        assert m["n_parameters"] > 0 and "params" not in m  # a count, not DVC's params
+        assert "seconds_per_epoch" not in m and m["n_repeats"] == 1  # no timings: reproducible
         searched = json.loads((root / "results" / DATASET / "search" / f"{family}.json").read_text())
         assert searched["optuna_states"].get("RUNNING", 0) == 0
         assert sum(searched["optuna_states"].values()) == TRIALS

@@ -1,5 +1,6 @@
 """One family whose every search trial fails does not stop `dvc repro`: on a tiny profile with
-two families, ncde's trials all outrun their family time limit in epoch 1. Its search and final
+two families, ncde's trials all diverge in epoch 1 (`search.fixed` sets its learning rate to 1e30: a
+time limit below one epoch, this test's way until issue 31, is now refused before Ray). Its search and final
 records say "failed" with the reason, the report shows the failed cell, promotion considers only
 cfc, and cfc goes through every stage as usual."""
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.slow
 DATASET = "xor_event"
 OK, FAILED = "cfc", "ncde"
 TRIALS, SEEDS = 2, [0, 1]
-KEY = f"search.family_time_limit_s.{FAILED}"
+REASON = "non-finite training loss"  # then the value (nan or inf) and "at epoch 1"
 
 
 def _tiny_params() -> dict:
@@ -30,7 +31,7 @@ def _tiny_params() -> dict:
     raw.update(datasets=[DATASET], families=[OK, FAILED])
     raw["prepare"][DATASET].update(n_train=200, n_test=100)
     raw["search"].update(num_samples=TRIALS, max_concurrent=2, epochs=2, n_startup_trials=1, trial_time_limit_s=600,
-                         family_time_limit_s={FAILED: 0.001})
+                         fixed={FAILED: {"lr": 1.0e30, "method": "rk4"}})  # rk4: a NaN, not a solver failure
     raw["search"]["asha"]["grace_period"] = 1
     raw["final"].update(seeds=SEEDS, epochs=2, patience=None, time_limit_s=None, lr_factors=[])
     raw["promote"]["seeds_required"] = len(SEEDS)
@@ -81,7 +82,7 @@ def test_dvc_repro_goes_on_and_warns_once_about_the_failed_family(repro) -> None
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     warnings = [line for line in done.stderr.splitlines()
                 if line.startswith(f"ctsweep: warning: {DATASET}/{FAILED}: all {TRIALS} search trials failed")]
-    assert len(warnings) == 1 and KEY in warnings[0], done.stderr[-5000:]
+    assert len(warnings) == 1 and REASON in warnings[0], done.stderr[-5000:]
     for stage in (f"search@{DATASET}", f"final@{DATASET}", "report", "promote"):
         assert f"Running stage '{stage}'" in done.stdout
 
@@ -91,7 +92,8 @@ def test_the_failed_family_s_search_and_final_records_say_why(repro) -> None:
     searched = _json(root, "results", DATASET, "search", f"{FAILED}.json")
     assert (searched["status"], searched["best_config"], searched["n_trials"], searched["n_failed"]) == (
         "failed", None, TRIALS, TRIALS)
-    assert searched["errors"] == [f"first epoch exceeded the trial time limit of 0.001 s ({KEY}) ({TRIALS} trials)"]
+    assert searched["errors"] and all(e.startswith(REASON) and " at epoch 1 (" in e for e in searched["errors"])
+    assert sum(int(e.rsplit("(", 1)[1].split()[0]) for e in searched["errors"]) == TRIALS  # every trial once
     final = _json(root, "results", DATASET, "final", f"{FAILED}.json")
     assert final["status"] == "failed" and final["errors"] == searched["errors"]
     assert (final["dataset"], final["family"], final["n_trials"], final["n_failed"]) == (DATASET, FAILED, TRIALS,
@@ -133,7 +135,7 @@ def test_the_failed_search_s_parent_run_is_marked(repro) -> None:
     [parent] = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     assert parent.info.status == "FAILED" and parent.data.tags["all_trials_failed"] == "true"
     trials = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert len(trials) == TRIALS and all(r.info.status == "FAILED" and KEY in r.data.tags["error"] for r in trials)
+    assert len(trials) == TRIALS and all(r.info.status == "FAILED" and REASON in r.data.tags["error"] for r in trials)
 
 
 def test_a_second_repro_keeps_the_failed_outcome(repro) -> None:

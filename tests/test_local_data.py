@@ -174,7 +174,9 @@ def test_ucr_univariate_name_from_aeons_bundled_copy(tmp_path: Path) -> None:
     d = run(tmp_path, "gunpoint", params=UeaParams(kind="uea", name="GunPoint"))
     assert d.meta.sizes == {"train": 40, "val": 10, "test": 150}
     assert d.meta.channels == ["c0"] and d.meta.output_size == 2 and d.meta.source.startswith("UCR GunPoint")
-    assert list((tmp_path / "data" / "raw" / "gunpoint").iterdir()) == []  # nothing downloaded
+    raw = tmp_path / "data" / "raw" / "gunpoint"
+    assert [f.name for f in raw.iterdir()] == ["SOURCE.txt"]  # nothing downloaded: the note naming aeon's copy
+    assert "aeon/datasets/data/GunPoint/GunPoint_TEST.ts sha256 " in (raw / "SOURCE.txt").read_text()
     assert 0.0 <= one_epoch(d) <= 1.0
 
 

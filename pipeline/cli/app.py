@@ -11,7 +11,7 @@ import typer
 
 from pipeline.config import Params, dataset_params, load_params
 from pipeline.errors import ConfigError, CtsweepError
-from pipeline.runtime.interrupts import Interrupted, handle_signals
+from pipeline.runtime.interrupts import Interrupted, handle_signals, stop_message
 from pipeline.names import check_name
 from pipeline.stores.paths import processed_dir, project_root, raw_dir, raw_lock_path
 
@@ -36,8 +36,7 @@ def _stage(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(2) from None
         except (Interrupted, KeyboardInterrupt) as exc:
             stop = exc if isinstance(exc, Interrupted) else Interrupted(2)
-            typer.echo(f"ctsweep: {stop}: stopped; what earlier runs wrote is unchanged and nothing half-written "
-                       f"was left; run the same command again to resume", err=True)
+            typer.echo(f"ctsweep: {stop_message(stop)}", err=True)  # what it had written, if anything
             raise typer.Exit(stop.exit_code) from None
 
     return wrapper
@@ -180,7 +179,8 @@ def final(
 @app.command()
 @_stage
 def report(root: Path = ROOT) -> None:
-    """Write reports/results.md, reports/metrics.json and the plots. The last line names the
+    """Write reports/results.md (and results.html), reports/metrics.json, the DVC metrics under
+    reports/metrics/ and the plots. The last line names the
     failed and the not-converged cells, if any."""
     from pipeline.reporting.report import report as run
     from pipeline.reporting.status import cells, summary
@@ -292,21 +292,18 @@ def predict(
     dataset: str = typer.Argument(..., help="The dataset whose registered model (ctsweep-DATASET) predicts."),
     series: Path = typer.Argument(..., help="A .npz (x, t, optional mask/ids) or a long .csv (series, time, "
                                             "one column per channel) of series in original units."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the predictions here as CSV "
-                                                                  "(default: print them)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the predictions to this new .csv file "
+                                       "(default: print them); never the input or a project file."),
+    force: bool = typer.Option(False, "--force", help="Let --out replace an existing file of yours."),
     version: Optional[int] = typer.Option(None, help="A registered version instead of the champion."),
     root: Path = ROOT,
 ) -> None:
     """Run the champion model of DATASET (from the MLflow Model Registry) on a file of series."""
     _names(dataset=dataset)
-    from pipeline.serving.predict import predict_file, rows_to_csv
+    from pipeline.serving.predict import predict_command
 
-    base, _ = _params(root)
-    rows = predict_file(base, dataset, series, out, version)
-    if out is None:
-        typer.echo(rows_to_csv(rows, list(rows[0])) if rows else "", nl=False)
-    else:
-        typer.echo(f"{len(rows)} prediction row(s) -> {out}", err=True)
+    text, to_stderr = predict_command(_params(root)[0], dataset, series, out, version, force)
+    typer.echo(text, err=to_stderr, nl=False)
 
 
 @app.command("profile")

@@ -4,6 +4,9 @@ It validates params.yaml (every section, the precompute specs and UEA archive na
 the search space of every family listed in `families`, and the two stores a search writes (`search.storage_path`,
 `search.optuna_storage`). It starts no Ray, writes and creates no file (an SQLite store is only
 read), and fails on the first problem with the same one-line ConfigError a stage would give.
+The user families params.yaml declares are imported as every stage imports them: each module
+tried first in a separate interpreter within CTSWEEP_IMPORT_TIMEOUT seconds (default 60), so one
+that exits, crashes or hangs when imported is a one-line error too (pipeline/models/user.py).
 """
 
 from __future__ import annotations

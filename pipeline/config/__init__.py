@@ -8,6 +8,8 @@ space may set.
     yaml_load.py  YAML read with one-line errors (duplicate keys, anchors, sizes)
     arguments.py  YAML values checked against the model argument or setting they become
     protocol.py   the training protocol: optimiser, schedule, clipping, class weights, stopping
+    limits.py     bounds on well-typed values that cannot do their job: split sizes, trial time
+                  limits, lr factors (issue 31)
 
 Imports: errors, names, models.
 The package re-exports what the stages use (`from pipeline.config import load_params, Params`).

@@ -12,6 +12,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from pipeline import names
 
+MAX_EPOCHS = 100_000  # the most epochs any stage may train: search.epochs, final.epochs, a space's patience
+
 
 class _Strict(BaseModel):
     # extra="forbid": a misspelt key must fail, not be silently ignored. strict: no bool-as-int,

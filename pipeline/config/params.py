@@ -18,8 +18,9 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from pipeline import names
-from pipeline.config.base import Name, Seed, _few, _Strict
-from pipeline.config.datasets import _KINDS, DatasetParams
+from pipeline.config.base import MAX_EPOCHS, Name, Seed, _few, _Strict
+from pipeline.config.datasets import _KINDS, MAX_SEQUENCES, DatasetParams, XorParams
+from pipeline.config.limits import checked, lr_factor_problem, split_problem, time_limit_problem, time_limits_problem
 from pipeline.config.yaml_load import MAX_BYTES as MAX_YAML_BYTES, load_yaml
 from pipeline.errors import ConfigError
 
@@ -80,9 +81,6 @@ def _distinct(items: list[Any], what: str) -> list[Any]:
     return items
 
 
-MAX_EPOCHS = 100_000
-
-
 def _counted(low: int, high: int, what: str) -> Any:
     """A validator of a count in [low, high] whose one-line error gives the whole range (issue 29:
     a budget, patience or step floor of 0 names the key and what is allowed, not one bound)."""
@@ -91,6 +89,8 @@ def _counted(low: int, high: int, what: str) -> Any:
             raise ValueError(f"{value} is not allowed; allowed: an integer from {low} to {high} ({what})")
         return value
     return check
+
+
 MAX_TRIALS = 100_000
 MAX_REPEATS = 20
 DEFAULT_ROUND = 2  # the default profile's: pipeline/sweep/families.py says what a round is
@@ -121,7 +121,8 @@ class SearchParams(_Strict):
         1, ge=1, le=MAX_REPEATS, description=f"independent searches per family (1 to {MAX_REPEATS}), repeat r with "
         "sampler_seed + r and trial_seed + r; the final stage trains each repeat's best on every seed")
     trial_time_limit_s: float | None = Field(
-        None, gt=0, le=7 * 86400, description="wall-clock limit per trial (at most a week); checked between batches")
+        None, gt=0, le=7 * 86400, description="wall-clock limit per trial (1 s to a week; at least one epoch of "
+        "the family's reference, as `ctsweep search` measures it); checked between batches")
     family_time_limit_s: dict[Name, Annotated[float, Field(gt=0, le=7 * 86400)]] = Field(
         default_factory=dict, description="per-family `trial_time_limit_s`, e.g. {ode_rnn_tw: 120} (a slow family's "
                                           "trials need more time for the same epochs)")
@@ -148,6 +149,8 @@ class SearchParams(_Strict):
     _family_names = field_validator("family_resources", "family_time_limit_s", "fixed")(_known_families)
     _epochs = field_validator("epochs")(_counted(1, MAX_EPOCHS, "the most epochs a trial trains"))
     _min_steps = field_validator("min_steps")(_counted(1, MAX_STEPS, "1: one pass over the training split per epoch"))
+    _time_limit = field_validator("trial_time_limit_s")(checked(time_limit_problem))
+    _time_limits = field_validator("family_time_limit_s")(checked(time_limits_problem))
 
     @model_validator(mode="after")
     def _rungs(self) -> "SearchParams":
@@ -198,7 +201,7 @@ class FinalParams(_Strict):
                                               "each epoch; it must allow at least one epoch as the search measured it")
     lr_factors: list[float] = Field(
         default_factory=list, max_length=16, description="robustness: also rerun the best config with its learning "
-                                                         "rate times each factor (at most 16), on every seed (e.g. [0.8, 1.25])")
+        "rate times each factor (at most 16, each from 0.1 to 10), on every seed (e.g. [0.8, 1.25])")
     validation: Literal["prepared", "per_seed"] = Field(
         "prepared", description="which validation series a seed keeps its epoch and stops by: `prepared` (the "
         "prepared split, the same for every seed) or `per_seed` (each seed redraws as many from the training and "
@@ -221,6 +224,8 @@ class FinalParams(_Strict):
         if any(f <= 0 or f == 1 for f in self.lr_factors) or len(set(self.lr_factors)) != len(self.lr_factors):
             raise ValueError(f"lr_factors must be distinct positive factors other than 1 (the best config "
                              f"itself always runs), got {_few(self.lr_factors, 16)}")
+        if problem := lr_factor_problem(self.lr_factors):  # pipeline/config/limits.py says why
+            raise ValueError(problem)
         shortest = min([self.epochs, *self.family_epochs.values()])
         if self.patience is not None and self.patience > shortest:
             raise ValueError(f"patience is {self.patience}, more than the {shortest} epochs a seed may train "
@@ -274,6 +279,10 @@ class Params(_Strict):
         if unknown:
             raise ValueError(f"unknown families {_few(unknown)}; valid: {family_names()} (a family of your own: "
                              "`user_families`, README \"Bring your own data and model\")")
+        for name, p in self.prepare.items():  # generated data: its sizes are params (pipeline/config/limits.py)
+            if isinstance(p, XorParams) and (
+                    problem := split_problem(name, p.n_train, p.val_fraction, p.n_test, MAX_SEQUENCES)):
+                raise ValueError(problem)
         if self.promote.seeds_required > len(self.final.seeds):  # no family could ever be promoted
             raise ValueError(f"promote.seeds_required is {self.promote.seeds_required} but final.seeds lists only "
                              f"{len(self.final.seeds)}; allowed: at most the number of final seeds")

@@ -31,7 +31,8 @@ on it.
     embed_dropout  dropout on token embeddings (token datasets only; CfC Table S3 `embed_dr`)
     patience       early stopping: stop after this many epochs without progress (a better
                    validation metric, or a validation loss lower than the lowest so far by more
-                   than 0.1 %: pipeline/training/selection.py PROGRESS_RULE); 0 (default): never
+                   than 0.1 %: pipeline/training/selection.py PROGRESS_RULE); 0 (default): never;
+                   at most the epochs the final stage trains (a search shorter than it says so)
 
 Bad values and combinations are refused with one line naming the key and what is allowed: at
 space load for what the file alone decides (a key whose optimiser or schedule cannot use it),
@@ -47,6 +48,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from pipeline.config.base import MAX_EPOCHS
 from pipeline.errors import ConfigError
 from pipeline.names import shown
 
@@ -98,7 +100,8 @@ RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "class_weight": _one_of(CLASS_WEIGHTS),
     "pos_weight": ("a finite number > 0", lambda v: _is_number(v) and 0 < v),
     "embed_dropout": _in_unit(False, True),
-    "patience": ("an integer >= 0 (0: no early stopping)", lambda v: _is_int(v) and v >= 0),
+    "patience": (f"an integer from 0 to {MAX_EPOCHS} (0: no early stopping; at most the epochs any stage trains)",
+                 lambda v: _is_int(v) and 0 <= v <= MAX_EPOCHS),
 }
 TRAINING_KEYS = frozenset(RULES)
 DEFAULTS = {"optimizer": "adam", "lr_schedule": "none"}
@@ -256,4 +259,7 @@ def dataset_problem(key: str, values: Iterable[Any], task: str, has_embedding: b
         return "drops embeddings but this dataset's inputs are not tokens; allowed: 0 (or remove the key)"
     if key == "lr_step_epoch" and any(v > epochs for v in values):
         return f"{max(values)} is beyond the run's {epochs} epochs; allowed: 1 to {epochs} (or lr_step_fraction)"
+    if key == "patience" and any(v > epochs for v in values):  # it could never stop the run (issue 31)
+        return (f"{max(values)} is more than the run's {epochs} epochs, so it could never stop it; allowed: 0 to "
+                f"{epochs} (0: no early stopping)")
     return None

@@ -4,6 +4,7 @@
     download.py   raw downloads streamed, resumed, checked against the publisher's sha256 and data/raw.lock;
                   a mirror's copy that cannot be verified only with `--unverified-copy`
     raw_lock.py   data/raw.lock: each raw file's sha256, and the mark of a copy used unverified
+    raw_note.py   data/raw/<dataset>/SOURCE.txt for a dataset with nothing to download (aeon's copies)
     provenance.py the data's provenance note (unverified copy, missing records) in meta.json, tags, records
     contract.py   data/processed/<dataset>/: the splits (x, t, mask, y) and meta.json, checked
     inputs.py     model inputs (spline coefficients, log-signatures) built once per split

@@ -22,6 +22,7 @@ from typing import Any
 from pipeline.data.contract import Meta, save_dataset
 from pipeline.data.download import fetch as fetch_files
 from pipeline.data.provenance import with_provenance
+from pipeline.data.raw_note import write_note
 from pipeline.data.raw_lock import unverified_files
 from pipeline.errors import ConfigError
 
@@ -47,14 +48,20 @@ def kind_module(kind: str) -> ModuleType:
 
 def fetch(p: Any, raw_dir: Path, lock_path: Path, source: str | None = None,
           allow_unverified: bool = False) -> list[Path]:
-    """Download (or verify) every raw file of a dataset (its params `p`) into raw_dir.
+    """Download (or verify) every raw file of a dataset (its params `p`) into raw_dir; returns them.
 
-    raw_dir always exists afterwards (empty for generated or bundled data), so DVC can track it.
+    raw_dir always exists afterwards, so DVC can track it. A dataset with nothing to download
+    (generated, or a copy a package ships) gets raw_dir/SOURCE.txt instead, saying where its data
+    comes from (raw_note.py): DVC warns about an empty output folder, and the note's checksums make
+    a changed bundled copy a changed output. The note is not among the returned files.
     """
     module = kind_module(p.kind)
     if hasattr(module, "fetch"):  # the user's own files: no publisher, so nothing to accept unverified
         return module.fetch(p, raw_dir, lock_path, source)
-    paths = fetch_files(module.raw_files(p), raw_dir, lock_path, source, allow_unverified=allow_unverified)
+    files = module.raw_files(p)
+    paths = fetch_files(files, raw_dir, lock_path, source, allow_unverified=allow_unverified)
+    if not files:
+        write_note(raw_dir, raw_dir.name, p)
     return list(paths.values())
 
 

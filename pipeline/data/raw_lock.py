@@ -47,26 +47,29 @@ def locked(lock_path: Path) -> Iterator[dict]:
             os.replace(tmp, lock_path)
 
 
-def read_lock(lock_path: Path) -> dict:
+def read_lock(lock_path: Path, dataset: str | None = None) -> dict:
     """The lock file's entries {url: {"sha256", ...}} ({} before the first download). A truncated or
-    hand-edited file raises CorruptInputError: trusting a damaged checksum list would be worse."""
+    hand-edited file raises CorruptInputError: trusting a damaged checksum list would be worse.
+    `dataset`: the one a stage reads the file for, named in the command that rebuilds it (`search`
+    reads it too: which raw files a result was made from unverified is recorded there)."""
     if not lock_path.exists():
         return {}
     try:
         entries = read_json(lock_path)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _corrupt_lock(lock_path, json_problem(exc)) from None
+        raise _corrupt_lock(lock_path, json_problem(exc), dataset) from None
     why = problem(entries, _LOCK_SPEC) or _bad_digest(entries)
     if why is not None:
-        raise _corrupt_lock(lock_path, why)
+        raise _corrupt_lock(lock_path, why, dataset)
     return entries
 
 
-def _corrupt_lock(lock_path: Path, why: str) -> CorruptInputError:
+def _corrupt_lock(lock_path: Path, why: str, dataset: str | None = None) -> CorruptInputError:
     """The lock file is committed, so git holds its last good copy; without it, `fetch` records
     the checksums again from the files it then downloads (trust on first use)."""
     return CorruptInputError(f"{lock_path} is corrupt ({why}); restore it with `git checkout -- {lock_path}`, "
-                             f"or delete it and rerun `ctsweep fetch <dataset>` to record the checksums again")
+                             f"or delete it and rerun `ctsweep fetch {dataset or '<dataset>'}` to record the checksums "
+                             f"again")
 
 
 def _bad_digest(entries: dict) -> str | None:

@@ -20,6 +20,12 @@ reference configuration (`reference` over `fixed`), and gives pass or the reason
   training step    one Adam step on the loss ctsweep trains with is finite and changes the weights
   MLflow model     saved as the MLflow pyfunc model ctsweep registers, reloaded in a fresh process
                    outside the project (the module travels with the model), predicts the same
+
+The family's module is imported before any check (when params.yaml is read: pipeline/models/user.py),
+tried first in a separate interpreter within CTSWEEP_IMPORT_TIMEOUT seconds: a module that raises,
+calls sys.exit, crashes or hangs when imported is one line and exit status 2, before any check.
+Inside a check, whatever the family's code raises, sys.exit and KeyboardInterrupt included, is
+that check's FAIL line; the other checks still run.
 """
 
 from __future__ import annotations
@@ -38,7 +44,8 @@ import numpy as np
 import torch
 
 from pipeline.data.contract import Meta
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, excerpt
+from pipeline.models.user import USER_CODE_ERRORS
 
 LENGTHS = (10, 7, 4, 10, 2, 6)
 CHANNELS, CLASSES = 3, 3
@@ -307,12 +314,19 @@ def check_family(root: Path, family: str, say: Callable[[str], None] = lambda li
     for name, method in CHECKS:
         try:
             result = Check(name, True, getattr(contract, method)())
-        except Exception as exc:  # the family's own code may raise anything: it is the check's finding
+        except USER_CODE_ERRORS as exc:  # the family's code may raise anything, sys.exit too: the check's finding
             reason = str(exc) if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {exc}"
-            result = Check(name, False, " ".join(reason.split())[:500])
+            if isinstance(exc, SystemExit):
+                reason = f"the family's code called sys.exit({excerpt(exc.code)}); it must not end the process"
+            result = Check(name, False, _shortened(" ".join(reason.split()).rstrip(":")))
         results.append(result)
         say(result.line())
     return results
+
+
+def _shortened(reason: str, limit: int = 500) -> str:
+    """A check's reason cut to `limit` characters, saying how long it was."""
+    return reason if len(reason) <= limit else f"{reason[:limit]}... ({len(reason)} characters)"
 
 
 def summary(results: list[Check]) -> str:

@@ -36,7 +36,7 @@ from pipeline.final.repeats import between_repeats, searched_repeats, summary as
 from pipeline.final.seeds import SeedJob, spread, train_seed
 from pipeline.models import get_model_class
 from pipeline.models.base import later_steps_problem
-from pipeline.runtime.interrupts import Interrupted, deferred
+from pipeline.runtime.interrupts import Interrupted, deferred, wrote
 from pipeline.stores.files import check_writable, write_json
 from pipeline.stores.locks import stage_lock
 from pipeline.names import check_name
@@ -258,9 +258,13 @@ def _finish(inputs: _Inputs, plan: _Plan, trained: dict[tuple[int, str, int], di
     for r in record["robustness"]:
         tracking.log_metrics(client, plan.parent, {f"lr_x{r['lr_factor']:g}_{k}": r[k]
                                                    for k in ("val_mean", "val_std", "test_mean", "test_std")})
-    write_json(final_result_path(inputs.root, inputs.dataset, family), record)
-    tracking.set_tags(client, plan.parent, {final_resume.COMPLETE_TAG: "true"})
-    tracking.finish(client, plan.parent)
+    out = final_result_path(inputs.root, inputs.dataset, family)
+    with deferred():  # a signal here waits until the record and its parent run agree (stop_message names both)
+        write_json(out, record)
+        tracking.set_tags(client, plan.parent, {final_resume.COMPLETE_TAG: "true"})
+        tracking.finish(client, plan.parent)
+        wrote(str(out.relative_to(inputs.root) if out.is_relative_to(inputs.root) else out),
+              f"{family}: {len(results)} seed run(s), MLflow parent run FINISHED")
     return record
 
 

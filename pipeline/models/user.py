@@ -21,6 +21,15 @@ trained model records its import path and ships the module with it (pipeline/ser
 
 A name that is a built-in family, an import path that does not import, and a class that is not
 a model are refused with one line naming the family, before Ray starts.
+
+Every import of user code (`import_family`: params.yaml, entry points, a served model's family)
+is tried first in a fresh interpreter with a time limit (`probe`, CTSWEEP_IMPORT_TIMEOUT, default
+60 s, 0 skips it), since an import begun in this process cannot be stopped safely: a module that
+raises, calls sys.exit, crashes or hangs is refused in one line naming the family, and is never
+imported here. The import here then turns whatever the module raises (SystemExit and
+KeyboardInterrupt too) into the same one line. The probe costs an interpreter start and the
+module's own imports (torch: 2.7-3.5 s on a loaded 2-core machine), once per command that reads
+params.yaml with user families; Ray workers skip it for the families the driver imported (`lookup`).
 """
 
 from __future__ import annotations
@@ -29,16 +38,26 @@ import importlib
 import importlib.metadata
 import json
 import os
+import signal
+import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, excerpt
 from pipeline.names import check_name
 
 ENTRY_POINT_GROUP = "ctsweep.families"
 ENV = "CTSWEEP_USER_FAMILIES"
+TIMEOUT_ENV = "CTSWEEP_IMPORT_TIMEOUT"
+DEFAULT_TIMEOUT = 60.0
+# What user code (an import, a model's methods) may raise that is its own doing: Python's exceptions,
+# sys.exit and KeyboardInterrupt included. ctsweep's Interrupted (a real SIGINT or SIGTERM,
+# pipeline/runtime/interrupts.py) is none of these and passes as a stop.
+USER_CODE_ERRORS = (Exception, SystemExit, KeyboardInterrupt, GeneratorExit, BaseExceptionGroup)
 
 
 @dataclass(frozen=True)
@@ -114,18 +133,49 @@ def from_entry_points() -> dict[str, FamilySource]:
     return found
 
 
-def import_family(source: FamilySource) -> type:
-    """The class `source` names, checked to be a SequenceModel; ConfigError naming the family."""
+def _on_path(source: FamilySource) -> str:
+    """The module `source` names, its root (if any) put first on sys.path."""
+    module_name = parse_target(source.target, source.origin)[0]
+    if source.root is not None and source.root not in sys.path:
+        sys.path.insert(0, source.root)
+    return module_name
+
+
+def probe_sources(sources: list[FamilySource], meanwhile: Callable[[], object] | None = None) -> None:
+    """Import the modules of `sources` not imported yet in a separate interpreter first, all in one,
+    each within CTSWEEP_IMPORT_TIMEOUT seconds (`probe`); ConfigError naming the first
+    family whose module raises, exits, crashes or overruns. Nothing of it is imported here.
+    `meanwhile` runs here while the probe runs (ctsweep's own imports: torch loads in both at once)."""
+    first: dict[str, FamilySource] = {}
+    for source in sources:
+        module_name = _on_path(source)
+        if module_name not in sys.modules:
+            first.setdefault(module_name, source)
+    timeout = import_timeout()
+    if not first or timeout == 0:
+        return
+    failed = probe(list(first), list(sys.path), timeout, meanwhile)
+    if failed is not None:
+        module_name, reason = failed
+        source = first[module_name]
+        raise ConfigError(f"family {source.name!r} ({source.origin}): `import {module_name}` {reason}")
+
+
+def import_family(source: FamilySource, probed: bool = False) -> type:
+    """The class `source` names, checked to be a SequenceModel; ConfigError naming the family.
+
+    Unless `probed` (probe_sources ran on it), the module is tried in a separate interpreter first.
+    """
     from pipeline.models.base import SequenceModel
 
     module_name, class_name = parse_target(source.target, source.origin)
-    if source.root is not None and source.root not in sys.path:
-        sys.path.insert(0, source.root)
+    if not probed:
+        probe_sources([source])
+    _on_path(source)
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # any error of the user's module: its own line, not a traceback
-        reason = " ".join(f"{type(exc).__name__}: {exc}".split())
-        raise ConfigError(f"family {source.name!r} ({source.origin}): `import {module_name}` failed: {reason}") from None
+    except USER_CODE_ERRORS as exc:  # the module's own error, sys.exit or KeyboardInterrupt: one line, no traceback
+        raise ConfigError(f"family {source.name!r} ({source.origin}): `import {module_name}` {describe(exc)}") from None
     cls = getattr(module, class_name, None)
     if cls is None:
         raise ConfigError(f"family {source.name!r} ({source.origin}): module {module_name} "
@@ -141,12 +191,14 @@ def register(sources: dict[str, FamilySource]) -> None:
 
     The params.yaml ones are also written to CTSWEEP_USER_FAMILIES for child processes.
     """
+    probe_sources(list(sources.values()), meanwhile=_builtin)  # one interpreter for all; the zoo loads meanwhile
     builtin = _builtin()
     for name, source in sources.items():
         if name in builtin:
             raise ConfigError(f"family {name!r} ({source.origin}) has the name of a built-in family; "
                               "allowed: a name that is not one of ctsweep's own families")
-        _registered[name] = (source, import_family(source))
+    for name, source in sources.items():
+        _registered[name] = (source, import_family(source, probed=True))
     carried = {n: asdict(s) for n, (s, _) in _registered.items() if s.root is not None}
     if carried:
         os.environ[ENV] = json.dumps(carried, sort_keys=True)
@@ -168,13 +220,18 @@ def _from_environment() -> dict[str, FamilySource]:
 
 
 def lookup(name: str) -> type | None:
-    """The class of user family `name`: registered, else from the environment or an entry point."""
+    """The class of user family `name`: registered, else from the environment or an entry point.
+
+    A family from the environment is not tried in a separate interpreter first: the process that
+    wrote CTSWEEP_USER_FAMILIES imported it (`register`), so a Ray worker does not pay for it again.
+    """
     if name in _registered:
         return _registered[name][1]
-    source = _from_environment().get(name) or from_entry_points().get(name)
+    carried = _from_environment().get(name)
+    source = carried or from_entry_points().get(name)
     if source is None:
         return None
-    _registered[name] = (source, import_family(source))
+    _registered[name] = (source, import_family(source, probed=carried is not None))
     return _registered[name][1]
 
 
@@ -221,3 +278,116 @@ def forget() -> None:
     """Unregister every user family of this process (tests)."""
     _registered.clear()
     os.environ.pop(ENV, None)
+
+
+# ---------------------------------------------------------------------------------- the probe
+
+# Runs in the fresh interpreter: argv = a file descriptor for its reports, sys.path and the modules
+# (JSON). Reports ["start", m], ["done", m] or ["failed", m, reason], one JSON line each.
+_CHILD = r"""
+import importlib, json, os, sys
+report = os.fdopen(int(sys.argv[1]), "w", buffering=1)
+sys.path[:] = json.loads(sys.argv[2])
+for name in json.loads(sys.argv[3]):
+    report.write(json.dumps(["start", name]) + "\n")
+    try:
+        importlib.import_module(name)
+    except BaseException as exc:
+        why = (f"called sys.exit({exc.code!r}) while being imported; a family module must not end the process"
+               if isinstance(exc, SystemExit) else "failed: " + " ".join(f"{type(exc).__name__}: {exc}".split()))
+        why = why.rstrip(":") if len(why) <= 400 else f"{why[:400]}... ({len(why)} characters)"
+        report.write(json.dumps(["failed", name, why]) + "\n")
+        os._exit(1)
+    report.write(json.dumps(["done", name]) + "\n")
+os._exit(0)
+"""
+
+
+def import_timeout() -> float:
+    """Seconds a module may take in the probe (CTSWEEP_IMPORT_TIMEOUT, default 60; 0: no probe)."""
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    try:
+        seconds = float(text) if text else DEFAULT_TIMEOUT
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ConfigError(f"environment variable {TIMEOUT_ENV} is {excerpt(text)}; allowed: the seconds a family "
+                          f"module may take to import, a number >= 0 (default {DEFAULT_TIMEOUT:g}; 0 skips the "
+                          f"test import in a separate process)")
+    return seconds
+
+
+def describe(exc: BaseException) -> str:
+    """What an import that raised `exc` did, to follow "`import m` " in a one-line error."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({excerpt(exc.code)}) while being imported; a family module must not end the process"
+    text = " ".join(f"{type(exc).__name__}: {exc}".split()).rstrip(":")
+    return "failed: " + (text if len(text) <= 400 else f"{text[:400]}... ({len(text)} characters)")
+
+
+def probe(modules: list[str], path: list[str], timeout: float,
+          meanwhile: Callable[[], object] | None = None) -> tuple[str, str] | None:
+    """Import `modules` in order in a fresh interpreter whose sys.path is `path`, within `timeout`
+    seconds each (all together: timeout x their number); None when all import, else (the module,
+    what happened: the end of a one-line error). `meanwhile` runs here while the child imports.
+
+    The interpreter has this process's environment, stdin closed, its output discarded (the last
+    line of its stderr is quoted if it dies) and a session of its own, killed afterwards with
+    whatever the module started. Only Python's own exceptions are caught in this process (not
+    ctsweep's Interrupted: a real SIGINT or SIGTERM stops the command as usual)."""
+    with tempfile.TemporaryFile() as report, tempfile.TemporaryFile() as stderr:
+        child_started = time.monotonic()
+        child = subprocess.Popen([sys.executable, "-c", _CHILD, str(report.fileno()), json.dumps(path),
+                                  json.dumps(modules)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=stderr, pass_fds=(report.fileno(),), start_new_session=True)
+        limit = timeout * len(modules)
+        try:
+            if meanwhile is not None:
+                meanwhile()
+            code = _exit_status(child.pid, child_started + limit)
+        finally:
+            _kill(child)
+        report.seek(0)
+        events = [json.loads(line) for line in report.read().splitlines() if line.strip()]
+        stderr.seek(0)
+        said = [line.strip() for line in stderr.read()[-4096:].decode(errors="replace").splitlines() if line.strip()]
+    current = next((e[1] for e in reversed(events) if e[0] == "start"), modules[0])
+    failed = [e for e in events if e[0] == "failed"]
+    if failed:
+        return failed[0][1], failed[0][2]
+    if sum(e[0] == "done" for e in events) == len(modules):
+        return None
+    if code is None:
+        return current, (f"did not finish within {limit:g} s (tried first in a separate process, which was stopped; "
+                         f"{TIMEOUT_ENV}=<seconds> sets the limit, 0 skips this test)")
+    how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with status {code}"
+    last = f"; its last output: {excerpt(said[-1], 120)}" if said else ""
+    return current, f"ended the process: the interpreter importing it {how}{last}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _exit_status(pid: int, until: float) -> int | None:
+    """The child's exit status (-N: killed by signal N), None if it has not exited by `until`. Not
+    reaped (WNOWAIT), so its process group cannot have been handed to another process in _kill."""
+    while True:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        if info is not None:
+            return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+        if time.monotonic() >= until:
+            return None
+        time.sleep(0.02)
+
+
+def _kill(child: subprocess.Popen) -> None:
+    """Kill the child's process group (the child and whatever the module started), then reap it."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    child.wait()

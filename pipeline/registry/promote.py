@@ -4,7 +4,10 @@ Per dataset the candidate is the family with the best mean validation metric amo
 did not fail. It is registered as a version of `ctsweep-<dataset>` (once: running the stage
 again reuses the version of the same final run) carrying its metrics, per-seed scores, config
 and git commit as tags; a model trained on data that is not the publisher's as published (an
-unverified local copy, missing records) says so in its description and tag `data_provenance`. The alias moves when a person asks for it (`force`, or promoting a
+unverified local copy, missing records) says so in its description and tag `data_provenance`. The
+registered model's description says what its models take and return: series in original units (not
+the standardised data/processed splits), the channels and static channels, and the label of each
+output column. The alias moves when a person asks for it (`force`, or promoting a
 family by hand) or when the rule in params.yaml says the candidate is better than the current
 champion:
 
@@ -66,13 +69,28 @@ def version_tags(record: dict[str, Any], commit: str) -> dict[str, str]:
     return tags
 
 
-def _register(client: MlflowClient, name: str, record: dict[str, Any], commit: str) -> Any:
-    """The version holding `record`'s model: the existing one if already registered, else a new one."""
+def model_description(record: dict[str, Any]) -> str:
+    """The registered model's description: what it is, then what its models take and return (the
+    units, channels, static channels and output labels), from the MLmodel metadata of the model
+    being registered (pipeline/serving/outputs.py writes it when the final stage logs a model)."""
     try:
-        client.create_registered_model(name, tags={"dataset": record["dataset"]},
-                                       description=f"ctsweep: the best model found for {record['dataset']}")
-    except MlflowException:
-        pass  # already registered
+        inputs = (mlflow.models.get_model_info(record["model_uri"]).metadata or {}).get("description")
+    except (MlflowException, OSError):
+        inputs = None
+    inputs = inputs or ("Input: series in original units, as in the raw data, NOT the standardised "
+                        "data/processed splits (x * norm_std + norm_mean undoes them). This version was logged "
+                        "before models recorded their channels and labels; `ctsweep final` logs them.")
+    return f"ctsweep: the best model found for {record['dataset']}. {inputs}"
+
+
+def _register(client: MlflowClient, name: str, record: dict[str, Any], commit: str) -> Any:
+    """The version holding `record`'s model: the existing one if already registered, else a new one.
+    The registered model's description is (re)written from `record`'s model (model_description)."""
+    description = model_description(record)
+    try:
+        client.create_registered_model(name, tags={"dataset": record["dataset"]}, description=description)
+    except MlflowException:  # already registered: models registered before carry the same words too
+        client.update_registered_model(name, description=description)
     for v in client.search_model_versions(f"name = '{name}'"):
         if v.tags.get("model_uri") == record["model_uri"]:
             return v

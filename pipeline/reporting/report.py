@@ -6,11 +6,14 @@
                                    importances; the papers cited; provenance (commit, dvc.lock, params,
                                    and a dataset's data where it is not as published: unverified copy)
     reports/metrics.json           dataset -> family -> {val_mean, val_std, test_mean, test_std, n_seeds,
-                                   metric, params, n_trials, n_failed, n_repeats, repeat_val_std,
+                                   metric, n_parameters, n_trials, n_failed, n_repeats, repeat_val_std,
                                    repeat_test_std, best, p_vs_best,
                                    status: "ok", marks: [{mark, detail}]}; a family whose every search
                                    trial failed: {dataset, family, metric, n_trials, n_failed, errors,
-                                   status: "failed", marks}
+                                   status: "failed", marks}; `ctsweep status` and `compare` read it,
+                                   promote reruns when it changes; DVC does not read it as metrics
+    reports/metrics/<dataset>/<family>.json   the DVC metrics: the cell's numbers only, one file (one
+                                   row of `dvc metrics show`) per cell (pipeline.reporting.dvc_metrics)
     reports/curves/<dataset>.csv   validation metric per epoch, mean (± std) over seeds; a row per
                                    family and epoch: family, epoch, n_seeds, mean_minus_std,
                                    mean_plus_std, validation <metric>                 (DVC plots)
@@ -28,7 +31,9 @@ column, so dvc.yaml names no family and the y axis of `dvc plots show` names the
 The best family per dataset is chosen on the validation metric only, among the families that did
 not fail; the marks of pipeline.reporting.marks flag the cells a reader should not trust. The report
 and the plots it shows are also logged as artifacts (folder `report`) of every dataset's final runs:
-the copy there links its images as `<name>.png`, the folder they are logged to.
+the copy there links its images as `<name>.png`, the folder they are logged to, and `results.html`
+beside it is the same report with the PNGs inlined, the copy MLflow's artifact viewer shows with
+its plots (pipeline.reporting.html_report).
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ from mlflow.exceptions import MlflowException
 from pipeline.stores import tracking
 from pipeline.stores.files import write_json, write_text
 from pipeline.stores.paths import reports_dir
-from pipeline.reporting import plots
+from pipeline.reporting import html_report, plots
+from pipeline.reporting.dvc_metrics import drop_stale, write_cells
 from pipeline.reporting.marks import Mark, cell_marks, is_failed
 from pipeline.reporting.provenance import data_notes, stamp
 from pipeline.reporting.records import collect, read_search, split
@@ -59,7 +65,9 @@ from pipeline.stores.staging import staged
 
 # No timings: metrics.json is what two runs of the same command must reproduce bit for bit
 # (`ctsweep compare`, `dvc metrics diff`); seconds per epoch stay in results.md and the records.
-METRIC_KEYS = ("val_mean", "val_std", "test_mean", "test_std", "n_seeds", "metric", "params", "n_trials", "n_failed")
+METRIC_KEYS = ("val_mean", "val_std", "test_mean", "test_std", "n_seeds", "metric", "n_parameters", "n_trials",
+               "n_failed")
+RECORD_KEYS = {"n_parameters": "params"}  # metrics.json key -> the final record's ("params" reads as DVC's params)
 REPEAT_DEFAULTS = {"n_repeats": 1, "repeat_val_std": 0.0, "repeat_test_std": 0.0}  # records from before repeats
 FAILED_KEYS = ("dataset", "family", "metric", "n_trials", "n_failed", "errors")  # a failed cell has no scores
 
@@ -145,7 +153,8 @@ def _metrics(results: dict[str, dict[str, Any]], best: str | None,
             out[f] = {**{k: r[k] for k in FAILED_KEYS}, "status": "failed", "marks": shown}
             continue
         p = tests[f].p if tests[f] is not None else math.nan
-        out[f] = {**{k: r[k] for k in METRIC_KEYS}, **{k: r.get(k, v) for k, v in REPEAT_DEFAULTS.items()},
+        out[f] = {**{k: r[RECORD_KEYS.get(k, k)] for k in METRIC_KEYS},
+                  **{k: r.get(k, v) for k, v in REPEAT_DEFAULTS.items()},
                   "val_loss_mean": r.get("val_loss_mean"), "status": "ok", "marks": shown, "best": f == best,
                   "p_vs_best": None if math.isnan(p) else round(p, 6)}
     return out
@@ -213,8 +222,10 @@ def log_to_mlflow(root: Path, finals: dict[str, dict[str, dict[str, Any]]], mark
     """Attach the report and its plots to every final (parent) run, all in the run's folder
     `report`; returns how many runs got them. markdown: the report with its images linked as
     `<name>.png` (results_markdown(..., images="")), so every link resolves among the run's
-    artifacts; pngs: every PNG it links, of every dataset. Records without a run id (hand-made
-    results) are skipped."""
+    artifacts; pngs: every PNG it links, of every dataset. Beside `results.md` goes
+    `results.html`, the same report with its PNGs inlined (pipeline.reporting.html_report): MLflow
+    shows that page with its plots, where it shows the Markdown's image links as text. Records
+    without a run id (hand-made results) are skipped."""
     runs = [(d, r["mlflow_parent_run_id"]) for d, res in finals.items() for r in res.values()
             if r.get("mlflow_parent_run_id")]
     if not runs:
@@ -225,6 +236,7 @@ def log_to_mlflow(root: Path, finals: dict[str, dict[str, dict[str, Any]]], mark
     with tempfile.TemporaryDirectory(prefix="ctsweep-report-") as tmp:
         report = Path(tmp) / "results.md"
         report.write_text(markdown)
+        page = html_report.write_report_html(Path(tmp) / "results.html", markdown, pngs)  # images inlined
         for dataset, run_id in runs:
             if not _run_exists(client, run_id):
                 # The report is written; only its copy in MLflow is missing. Happens when DVC's run
@@ -234,7 +246,7 @@ def log_to_mlflow(root: Path, finals: dict[str, dict[str, dict[str, Any]]], mark
                       f"the store {uri} does not have: the report is not attached to it (`ctsweep final "
                       f"{dataset} {family}` trains it again with its runs)", file=sys.stderr)
                 continue
-            for path in (report, *pngs):
+            for path in (report, page, *pngs):
                 client.log_artifact(run_id, str(path), artifact_path="report")
             attached += 1
     return attached
@@ -270,6 +282,8 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
             pngs[dataset] = [out / p.relative_to(stage) for p in written]
         write_text(stage / "results.md", results_markdown(finals, searches, marks, refs, provenance))
         write_json(stage / "metrics.json", metrics)
+        cells = write_cells(stage, metrics)
+    drop_stale(out, cells)
     for dataset in (d for d, files in pngs.items() if not files):
         _drop_plots(out, dataset)
     plots.write_dvc_templates(root)

@@ -12,6 +12,11 @@ complete (it was written as the result and never resumed). Inside `graceful_tune
 signal (SIGINT or SIGTERM) asks Tune to stop in that same graceful way, and the caller learns
 afterwards that the stop was an interrupt (`Pending.signum`), so it can refuse to treat the
 partial search as a result.
+
+What the command says on the way out is what happened (`stop_message`): a stage that wrote an
+output whole before the signal was handled says so with `wrote()`, and the message names it,
+instead of claiming that what earlier runs wrote is unchanged (issue 31: a SIGINT landing just
+after a search wrote its result).
 """
 
 from __future__ import annotations
@@ -97,6 +102,25 @@ def _handler(signum: int, frame: FrameType | None) -> None:
 
 class _Handling:
     active = False  # inside handle_signals()
+    written: list[str] = []  # outputs written whole by this command (wrote), in order
+
+
+def wrote(output: str, detail: str = "") -> None:
+    """Record that this command wrote `output` whole (`detail`: what else is final, such as its
+    MLflow run), so a later interrupt's message names it (stop_message). Only within
+    handle_signals(), which starts each command with nothing written."""
+    if _Handling.active:
+        _Handling.written.append(f"{output} ({detail})" if detail else output)
+
+
+def stop_message(stop: Interrupted) -> str:
+    """The line a command prints when a signal stopped it: what it had written whole, if anything;
+    that nothing was left half-written; and whether running it again resumes anything."""
+    if not _Handling.written:
+        return (f"{stop}: stopped; what earlier runs wrote is unchanged and nothing half-written was left; "
+                f"run the same command again to resume")
+    return (f"{stop}: stopped after writing {'; '.join(_Handling.written)} in full; anything else earlier runs "
+            f"wrote is unchanged and nothing half-written was left")
 
 
 @contextlib.contextmanager
@@ -108,6 +132,8 @@ def handle_signals() -> Iterator[None]:
         return
     previous = {s: signal.signal(s, _handler) for s in SIGNALS}
     outer, _Handling.active = _Handling.active, True
+    if not outer:  # a new command: nothing written yet
+        _Handling.written = []
     try:
         yield
     finally:

@@ -11,36 +11,41 @@ Input files hold raw (unstandardised) values in the dataset's channels, `meta.ch
                  column per channel (empty cell = not observed), in any order. Rows are
                  grouped by `series` (first-appearance order) and sorted by time.
 
-Series the model cannot have been trained on are refused by id before anything is predicted or
-written (no value at all, infinite values, token ids outside the vocabulary); values more than
-FAR_SIGMAS training standard deviations out still get predictions, with one warning line per file.
+Before the model loads, the paths are checked (pipeline/serving/file_checks.py): a processed
+(standardised) split as input is refused, and `--out` must be a new .csv file (an existing one only
+with `force`), never the input or a file of the project. Series the model cannot have been trained
+on are refused by id before anything is predicted or written (no value at all, infinite values,
+token ids outside the vocabulary, values beyond REFUSE_SIGMAS training standard deviations, input
+that looks standardised); values more than FAR_SIGMAS out still get predictions, with one warning
+line per file (pipeline/serving/screening.py).
 
-Predictions go through the pyfunc model's `predict({"x", "t", "mask"})`, the same code path as
-`mlflow.pyfunc.load_model(...).predict` gives any MLflow user (see pipeline/serving/pyfunc.py).
+Predictions go through the pyfunc model's `predict_series`, the method its `predict` calls for
+any MLflow user (`mlflow.pyfunc.load_model(...).predict`), so both refuse, warn and label alike;
+the CLI's refusals name the file and its series ids.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import mlflow
-import numpy as np
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from pipeline.stores import tracking
 from pipeline.data.contract import Meta
-from pipeline.data.kinds.local.long_csv import SERIES, TIME  # the layout's key columns, shared with the `local` kind
 from pipeline.errors import CtsweepError
-from pipeline.serving.screening import _check_output, screen
-from pipeline.serving.series import Series, read_series
+from pipeline.serving.file_checks import check_input, check_out
+from pipeline.serving.outputs import output_columns, prediction_rows, rows_to_csv
+from pipeline.serving.series import read_series
+from pipeline.stores import tracking
 from pipeline.stores.files import write_text
 from pipeline.stores.tracking import ALIAS, registered_name
+
+__all__ = ["ModelInfo", "load_registered", "predict_file", "predict_command", "output_columns", "prediction_rows",
+           "rows_to_csv"]
 
 
 @dataclass(frozen=True)
@@ -99,74 +104,35 @@ def _model_version(client: MlflowClient, name: str, dataset: str, version: int |
 # --------------------------------------------------------------------------------- predicting
 
 
-def predict_file(root: Path, dataset: str, path: Path, out: Path | None, version: int | None = None) -> list[dict]:
+def predict_file(root: Path, dataset: str, path: Path, out: Path | None, version: int | None = None,
+                 force: bool = False) -> list[dict]:
     """Predict every series of `path` with the registered model of `dataset`.
 
-    Returns one row per series ({series, ...outputs}), or per observed step of each series with
-    an extra `time` column for per-step tasks. With `out`, also writes them as CSV (atomically);
-    nothing is written when reading or predicting fails.
+    Returns one row per series ({series, prediction, ...}), or per observed step of each series
+    with an extra `time` column for per-step tasks. With `out`, also writes them as CSV
+    (atomically, series ids neutralised against spreadsheet formulas); `force` lets it replace an
+    existing file. Every check comes first: nothing is written when one fails (DataError,
+    OutputError; one line each), and the input is never modified.
     """
+    path = Path(path)
+    check_input(path, root)
+    out = check_out(Path(out), root, path, force) if out is not None else None
     model, meta, _ = load_registered(tracking.tracking_uri(root), dataset, version)
-    s = read_series(Path(path), meta.channels)
-    warning = screen(Path(path), s, meta)
-    output = np.asarray(model.predict({"x": s.x, "t": s.t, "mask": s.mask}))
-    _check_output(Path(path), s, meta, output)
+    s = read_series(path, meta.channels)
+    output, warning = model.unwrap_python_model().predict_series(s, str(path))
     rows = prediction_rows(meta, s, output)
     if out is not None:
-        write_text(Path(out), rows_to_csv(rows, output_columns(meta, output)))
+        write_text(out, rows_to_csv(rows, output_columns(meta, output)))
     if warning is not None:  # only once predictions exist: a refusal stays the one line printed
         print(f"ctsweep: warning: {warning}", file=sys.stderr)
     return rows
 
 
-def output_columns(meta: Meta, output: np.ndarray) -> list[str]:
-    """CSV columns: series[, time], then the task's outputs."""
-    keys = [SERIES, TIME] if meta.per_step else [SERIES]
-    if meta.task == "classification":
-        return keys + ["prediction"] + [f"p_{c}" for c in _class_names(meta, output.shape[-1])]
-    if meta.task == "binary":
-        return keys + ["prediction", "probability"]
-    return keys + [f"y_{k}" for k in range(output.shape[-1])]
-
-
-def prediction_rows(meta: Meta, s: Series, output: np.ndarray) -> list[dict]:
-    """Model output -> rows.
-
-    Args:
-        output: (N, K) class probabilities, (N,) P(positive) or (N, O) regression outputs;
-            with an L axis after N for per-step tasks.
-    """
-    rows = []
-    for i, name in enumerate(s.ids):
-        if not meta.per_step:
-            rows.append({SERIES: name, **_outputs(meta, output[i])})
-            continue
-        for j in np.flatnonzero(s.mask[i]):
-            rows.append({SERIES: name, TIME: float(s.t[i, j]), **_outputs(meta, output[i, j])})
-    return rows
-
-
-def _class_names(meta: Meta, k: int) -> list[str]:
-    return list(meta.classes) if len(meta.classes) == k else [str(c) for c in range(k)]
-
-
-def _outputs(meta: Meta, out: np.ndarray) -> dict[str, Any]:
-    """One prediction: (K,) probabilities, () P(positive) or (O,) outputs -> columns."""
-    if meta.task == "classification":
-        names = _class_names(meta, out.shape[-1])
-        best = int(np.argmax(out))
-        return {"prediction": names[best] if meta.classes else best,
-                **{f"p_{c}": float(p) for c, p in zip(names, out)}}
-    if meta.task == "binary":
-        p = float(out)
-        label = int(p > 0.5)  # logit > 0, as the accuracy metric decides
-        return {"prediction": meta.classes[label] if len(meta.classes) == 2 else label, "probability": p}
-    return {f"y_{k}": float(v) for k, v in enumerate(np.atleast_1d(out))}
-
-
-def rows_to_csv(rows: list[dict], columns: list[str]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
+def predict_command(root: Path, dataset: str, path: Path, out: Path | None, version: int | None,
+                    force: bool) -> tuple[str, bool]:
+    """`ctsweep predict`: (what to print, whether to stderr): the CSV itself without `out`, else a
+    line saying where it went."""
+    rows = predict_file(root, dataset, path, out, version, force)
+    if out is None:
+        return (rows_to_csv(rows, list(rows[0])) if rows else ""), False
+    return f"{len(rows)} prediction row(s) -> {out}\n", True

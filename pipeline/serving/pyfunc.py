@@ -4,12 +4,19 @@ The weights are saved as a plain checkpoint (family, model arguments, state dict
 metadata) and wrapped in a PythonModel rather than logged with `mlflow.pytorch`: MLflow 3's
 default torch.export serialisation needs an input example and cannot trace adaptive ODE
 solvers with data-dependent step counts.
+
+The model takes series in original units and refuses or flags them exactly as `ctsweep predict`
+does (pipeline/serving/screening.py): `predict` and the CLI both go through `predict_series`. Its
+MLmodel file documents the inputs (units, channels, static channels) and the label of each
+output column (`metadata`, pipeline/serving/outputs.py), and its signature holds the `output`
+param: "probabilities" (default) or "table" (the rows the CLI writes, with the predicted label).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +26,13 @@ import pandas as pd
 import torch
 from mlflow.models import ModelSignature
 from mlflow.pyfunc import PythonModelContext
-from mlflow.types.schema import AnyType, Array, ColSpec, Schema, TensorSpec
+from mlflow.types.schema import AnyType, Array, ColSpec, ParamSchema, ParamSpec, Schema, TensorSpec
 
 from pipeline.data.contract import Meta, pad_sequences
+from pipeline.errors import DataError
+from pipeline.serving.outputs import OUTPUTS, model_metadata, output_columns, prediction_rows
+from pipeline.serving.screening import FAR_SIGMAS, REFUSE_SIGMAS, check_output, screen
+from pipeline.serving.series import Series, real_array
 from pipeline.training.metrics import probabilities
 from pipeline.models import user as user_families
 from pipeline.models import get_model_class, is_family
@@ -72,18 +83,51 @@ def predict_arrays(model: torch.nn.Module, meta: Meta, family: str, model_kwargs
         return probabilities(meta, model(**inputs)).numpy()
 
 
+SOURCE = "model input"  # how refusals of the pyfunc model name what they refuse
+
+
 def frame_to_arrays(frame: pd.DataFrame, channels: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A long table (one row per observation: `series`, `time`, one column per channel, NaN where
     not observed) -> x (N, L, C), t (N, L), mask (N, L), series in order of first appearance."""
+    s = frame_to_series(frame, channels)
+    return s.x, s.t, s.mask
+
+
+def frame_to_series(frame: pd.DataFrame, channels: list[str]) -> Series:
+    """The long table as a Series, ids the `series` values (as text) in order of first appearance.
+    Columns of complex numbers, text or dates are refused (DataError), never converted."""
     missing = [c for c in ("series", "time", *channels) if c not in frame.columns]
     if missing:
         raise ValueError(f"model input lacks columns {missing}; expected series, time, {', '.join(channels)}")
-    values, times = [], []
-    for _, rows in frame.groupby("series", sort=False):
+    for column in ("time", *channels):
+        if not _real_column(frame[column]):
+            raise DataError(f"{SOURCE}: column {column!r} has dtype {frame[column].dtype}; expected real numbers")
+    ids, values, times = [], [], []
+    for name, rows in frame.groupby("series", sort=False):
         rows = rows.sort_values("time", kind="stable")  # equal times keep their order
+        ids.append(str(name))
         times.append(rows["time"].to_numpy(np.float32))
-        values.append(rows[channels].to_numpy(np.float32))
-    return pad_sequences(values, times)
+        with np.errstate(over="ignore"):  # beyond float32 becomes inf, which `screen` refuses by series
+            values.append(rows[channels].to_numpy(np.float32))
+    return Series(ids, *pad_sequences(values, times))
+
+
+def _real_column(column: pd.Series) -> bool:
+    """Booleans, integers, floats, or objects (numbers and None, as JSON records give them)."""
+    kind = pd.api.types
+    return column.dtype == object or kind.is_bool_dtype(column) or (
+        kind.is_numeric_dtype(column) and not kind.is_complex_dtype(column))
+
+
+def arrays_to_series(x: Any, t: Any, mask: Any | None) -> Series:
+    """Padded arrays (checked to be real numbers) as a Series, ids "0" .. "N-1"; the default mask:
+    steps where any channel is observed."""
+    x = real_array(SOURCE, "x", np.asarray(x))
+    t = real_array(SOURCE, "t", np.asarray(t))
+    mask = ~np.isnan(x).all(axis=-1) if mask is None else real_array(SOURCE, "mask", np.asarray(mask)).astype(bool)
+    if x.ndim != 3 or t.shape != x.shape[:2] or mask.shape != x.shape[:2]:
+        raise DataError(f"{SOURCE}: x {x.shape}, t {t.shape} and mask {mask.shape}; expected (N, L, C), (N, L), (N, L)")
+    return Series([str(i) for i in range(len(x))], x, t, mask)
 
 
 class SequenceClassifierModel(mlflow.pyfunc.PythonModel):
@@ -112,14 +156,37 @@ class SequenceClassifierModel(mlflow.pyfunc.PythonModel):
         self.family, self.model_kwargs = ckpt["family"], ckpt["model_kwargs"]
 
     def predict(self, context: PythonModelContext | None, model_input: pd.DataFrame,
-                params: dict[str, Any] | None = None) -> np.ndarray:
+                params: dict[str, Any] | None = None) -> np.ndarray | pd.DataFrame:
+        """Probabilities (or outputs) as `predict_arrays` returns them; with params {"output": "table"}
+        the rows `ctsweep predict` writes (series ids from the long table, "0" .. "N-1" for arrays).
+        Refuses (DataError) and warns (ExtrapolationWarning) as `ctsweep predict` does."""
+        output = (params or {}).get("output", OUTPUTS[0])
+        if output not in OUTPUTS:
+            raise ValueError(f"params: output {output!r} is not one of {list(OUTPUTS)}")
         if isinstance(model_input, pd.DataFrame) and "x" in model_input.columns:  # the dict, as MLflow wrapped it
-            x, t, mask = _unwrap_arrays(model_input)
+            s = arrays_to_series(*_unwrap_arrays(model_input))
         elif isinstance(model_input, pd.DataFrame):
-            x, t, mask = frame_to_arrays(model_input, self.meta.channels)
+            s = frame_to_series(model_input, self.meta.channels)
         else:  # the dict itself (the unwrapped python model: no schema enforced)
-            x, t, mask = model_input["x"], model_input["t"], model_input.get("mask")
-        return predict_arrays(self.model, self.meta, self.family, self.model_kwargs, x, t, mask)
+            s = arrays_to_series(model_input["x"], model_input["t"], model_input.get("mask"))
+        result, warning = self.predict_series(s, SOURCE)
+        if warning is not None:
+            warnings.warn(warning, ExtrapolationWarning, stacklevel=2)
+        if output == "table":
+            return pd.DataFrame(prediction_rows(self.meta, s, result), columns=output_columns(self.meta, result))
+        return result
+
+    def predict_series(self, s: Series, source: str) -> tuple[np.ndarray, str | None]:
+        """Screen `s` (refusals name `source`), predict, check the output: (output, warning line or None).
+        The one path of `ctsweep predict` and of `predict` above."""
+        warning = screen(source, s, self.meta)
+        output = predict_arrays(self.model, self.meta, self.family, self.model_kwargs, s.x, s.t, s.mask)
+        check_output(source, s, self.meta, output)
+        return output, warning
+
+
+class ExtrapolationWarning(UserWarning):
+    """Values more than FAR_SIGMAS training standard deviations out: their predictions extrapolate."""
 
 
 ARRAY_INPUTS = ("x", "t", "mask")  # the padded form's keys; `mask` may be left out
@@ -132,8 +199,8 @@ def _unwrap_arrays(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndar
                          f"as one dict; got columns {list(frame.columns)} in {len(frame)} row(s)")
     row = frame.iloc[0]
     mask = row["mask"] if "mask" in frame.columns else None
-    mask = None if mask is None or (np.isscalar(mask) and pd.isna(mask)) else np.asarray(mask, bool)
-    return np.asarray(row["x"], np.float32), np.asarray(row["t"], np.float32), mask
+    mask = None if mask is None or (np.isscalar(mask) and pd.isna(mask)) else np.asarray(mask)
+    return np.asarray(row["x"]), np.asarray(row["t"]), mask
 
 
 def input_example(meta: Meta) -> pd.DataFrame:
@@ -151,15 +218,18 @@ def input_example(meta: Meta) -> pd.DataFrame:
 def signature(meta: Meta, output: np.ndarray) -> ModelSignature:
     """Both input forms, every column optional (see SequenceClassifierModel): the long table's
     `series` (any ids), `time` and one column per channel of `meta.channels`, and the padded
-    form's `x`, `t`, `mask`; the output as the model returned it on the input example (a float32
-    tensor: (-1,) for binary, (-1, K) for classes or outputs, an L axis more for per-step tasks)."""
+    form's `x`, `t`, `mask`, all in original units; the output as the model returned it on the
+    input example (a float32 tensor: (-1,) for binary, (-1, K) for classes or outputs, an L axis
+    more for per-step tasks); the param `output`, "probabilities" or "table". A signature has no
+    room for words: the units, channels and labels are in the MLmodel's `metadata`."""
     # `time` and the channels are Any, not double: MLflow refuses to convert int64 columns to double
     # ("Can not safely convert"), and pandas reads a CSV of whole numbers (times 0, 1, 2) as int64.
     inputs = Schema([ColSpec(AnyType(), "series", required=False), ColSpec(AnyType(), "time", required=False),
                      *(ColSpec(AnyType(), c, required=False) for c in meta.channels),
                      *(ColSpec(Array(AnyType()), k, required=False) for k in ARRAY_INPUTS)])
     shape = (-1, *np.asarray(output).shape[1:])
-    return ModelSignature(inputs=inputs, outputs=Schema([TensorSpec(np.asarray(output).dtype, shape)]))
+    return ModelSignature(inputs=inputs, outputs=Schema([TensorSpec(np.asarray(output).dtype, shape)]),
+                          params=ParamSchema([ParamSpec("output", "string", OUTPUTS[0])]))
 
 
 def log_pyfunc(run_id: str, tracking_uri: str, checkpoint: Path, family: str | None = None) -> str:
@@ -189,6 +259,7 @@ def _pyfunc_arguments(checkpoint: Path, family: str | None) -> dict[str, Any]:
     return {"python_model": SequenceClassifierModel(), "artifacts": {"checkpoint": str(checkpoint)},
             "code_paths": [str(code)] if code is not None else None,
             "signature": signature(meta, output), "input_example": example,
+            "metadata": model_metadata(meta, FAR_SIGMAS, REFUSE_SIGMAS),
             # Explicit requirements: inferring them imports and inspects the whole environment.
             "pip_requirements": [f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"]}
 

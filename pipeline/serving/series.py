@@ -9,7 +9,9 @@
                  column per channel (empty cell = not observed), in any order. Rows are
                  grouped by `series` (first-appearance order) and sorted by time.
 
-Every error names the file, what is wrong and what is allowed (DataError).
+Every error names the file, what is wrong and what is allowed (DataError), in one line that echoes
+at most a short prefix of a value (pipeline.names.shown). Arrays must hold real numbers: complex,
+text, dates and objects are refused, never converted (numpy would drop an imaginary part).
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.data.contract import pad_sequences
-from pipeline.data.kinds.local.long_csv import SERIES, TIME  # the layout's key columns, shared with the `local` kind
+from pipeline.data.kinds.local.long_csv import SERIES, TIME, check_csv_bytes  # the layout's key columns, shared with the `local` kind
 from pipeline.errors import DataError
+from pipeline.names import shown
 
 SUFFIXES = (".npz", ".csv")
 NPZ_ARRAYS = ("x", "t", "mask", "ids")
@@ -55,7 +58,8 @@ def read_series(path: Path, channels: list[str]) -> Series:
     """
     path = Path(path)
     if path.suffix.lower() not in SUFFIXES:
-        raise DataError(f"{path}: unknown file type {path.suffix or '(no suffix)'!r}; allowed: {', '.join(SUFFIXES)}")
+        raise DataError(f"{path}: unknown file type {shown(path.suffix or '(no suffix)')}; "
+                        f"allowed: {', '.join(SUFFIXES)}")
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     if path.stat().st_size == 0:
@@ -81,8 +85,8 @@ def _read_npz(path: Path, channels: list[str]) -> Series:
     for key in ("x", "t"):
         if key not in arrays:
             raise DataError(f"{path}: missing array {key!r}; expected {_format_hint(path, channels)}")
-    x = _numeric(path, "x", arrays["x"])
-    t = _numeric(path, "t", arrays["t"])
+    x = real_array(path, "x", arrays["x"])
+    t = real_array(path, "t", arrays["t"])
     if x.ndim != 3:
         raise DataError(f"{path}: x has shape {x.shape}; expected (N, L, C) with C = {len(channels)}")
     n, length, c = x.shape
@@ -97,10 +101,20 @@ def _read_npz(path: Path, channels: list[str]) -> Series:
     return Series(ids, x, t, mask)
 
 
-def _numeric(path: Path, key: str, a: np.ndarray) -> np.ndarray:
-    if not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
-        raise DataError(f"{path}: array {key!r} has dtype {a.dtype}; expected numbers (float)")
-    return a.astype(np.float32)
+def is_real(dtype: np.dtype) -> bool:
+    """Booleans, integers and floats: the dtypes a value array may have (not complex, text, dates)."""
+    return dtype == bool or np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating)
+
+
+def real_array(source: str | Path, key: str, a: np.ndarray) -> np.ndarray:
+    """`a` as float32 if its dtype is real (is_real); else DataError naming `source` and `key`.
+    A value beyond float32's range becomes inf, which `screen` refuses by series."""
+    if not is_real(a.dtype):
+        raise DataError(f"{source}: array {key!r} has dtype {a.dtype}; expected real numbers (bool, int or float)"
+                        + ("; complex values are not taken, not even with a zero imaginary part"
+                           if np.issubdtype(a.dtype, np.complexfloating) else ""))
+    with np.errstate(over="ignore"):
+        return a.astype(np.float32)
 
 
 def _npz_mask(path: Path, mask: np.ndarray | None, x: np.ndarray) -> np.ndarray:
@@ -110,6 +124,8 @@ def _npz_mask(path: Path, mask: np.ndarray | None, x: np.ndarray) -> np.ndarray:
         last = np.where(has_value.any(axis=1), x.shape[1] - 1 - np.argmax(has_value[:, ::-1], axis=1), -1)
         mask = np.arange(x.shape[1])[None, :] <= last[:, None]
     else:
+        if not is_real(mask.dtype):
+            raise DataError(f"{path}: mask has dtype {mask.dtype}; expected bool")
         if mask.shape != x.shape[:2]:
             raise DataError(f"{path}: mask has shape {mask.shape}; expected (N, L) = {x.shape[:2]} to match x")
         if mask.dtype != bool and not np.isin(mask, (0, 1)).all():
@@ -127,7 +143,10 @@ def _npz_ids(path: Path, ids: np.ndarray | None, n: int) -> list[str]:
         return [str(i) for i in range(n)]
     if ids.shape != (n,):
         raise DataError(f"{path}: ids has shape {ids.shape}; expected (N,) = ({n},), one name per series")
-    names = [str(i) for i in ids.tolist()]
+    if ids.dtype.kind == "S":  # bytes, as numpy saves a list of bytes
+        names = [i.decode("utf-8", "replace") for i in ids.tolist()]
+    else:
+        names = [str(i) for i in ids.tolist()]
     _check_unique(path, names)
     return names
 
@@ -136,14 +155,15 @@ def _check_unique(path: Path, names: list[str]) -> None:
     seen: set[str] = set()
     for name in names:
         if name in seen:
-            raise DataError(f"{path}: series id {name!r} appears twice in ids; each series needs its own id")
+            raise DataError(f"{path}: series id {shown(name)} appears twice in ids; each series needs its own id")
         seen.add(name)
 
 
 def _read_csv(path: Path, channels: list[str]) -> Series:
     """Long-format CSV (series, time, channels...) -> Series, padded to the longest series."""
+    check_csv_bytes(path, str(path))  # UTF-16/32 and NUL bytes, as the `local` kind refuses them
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:  # a UTF-8 BOM is not part of `series`
             rows = list(csv.reader(f))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise DataError(f"{path}: not a readable UTF-8 CSV file ({exc}); "
@@ -178,14 +198,21 @@ def _read_csv(path: Path, channels: list[str]) -> Series:
 def _check_header(path: Path, header: list[str], channels: list[str]) -> None:
     duplicated = sorted({h for h in header if header.count(h) > 1})
     if duplicated:
-        raise DataError(f"{path}: duplicated columns {duplicated}")
+        raise DataError(f"{path}: duplicated columns {_names(duplicated)}")
     allowed = [SERIES, TIME, *channels]
     missing = [name for name in allowed if name not in header]
     if missing:
-        raise DataError(f"{path}: missing columns {missing}; expected columns {allowed} (the model's channels)")
+        raise DataError(f"{path}: missing columns {missing}; expected columns {_names(allowed)} (the model's channels)")
     extra = [h for h in header if h not in allowed]
     if extra:
-        raise DataError(f"{path}: unknown columns {extra}; allowed columns: {allowed} (the model's channels)")
+        raise DataError(f"{path}: unknown columns {_names(extra)}; allowed columns: {_names(allowed)} "
+                        f"(the model's channels)")
+
+
+def _names(names: list[str], most: int = 20) -> str:
+    """A list of column names as in an error: each cut short, at most `most` of them."""
+    more = f", ... ({len(names)} in all)" if len(names) > most else ""
+    return "[" + ", ".join(shown(n) for n in names[:most]) + more + "]"
 
 
 def _cell(path: Path, line: int, column: str, text: str, allow_empty: bool = True) -> float:
@@ -195,7 +222,7 @@ def _cell(path: Path, line: int, column: str, text: str, allow_empty: bool = Tru
     try:
         return float(text)
     except ValueError:
-        raise DataError(f"{path}: line {line}, column {column!r}: {text!r} is not a number"
+        raise DataError(f"{path}: line {line}, column {shown(column)}: {shown(text)} is not a number"
                         + ("; leave the cell empty when not observed" if allow_empty else "")) from None
 
 
@@ -204,10 +231,10 @@ def _check_times(path: Path, s: Series) -> None:
     bad = ~np.isfinite(s.t)
     if bad.any():
         i, j = (int(v) for v in np.argwhere(bad)[0])
-        raise DataError(f"{path}: series {s.ids[i]!r} has a non-finite time ({s.t[i, j]:g}) at step {j}; "
+        raise DataError(f"{path}: series {shown(s.ids[i])} has a non-finite time ({s.t[i, j]:g}) at step {j}; "
                         f"allowed: finite times")
     back = np.diff(s.t, axis=1) < 0
     if back.any():
         i, j = (int(v) for v in np.argwhere(back)[0])
-        raise DataError(f"{path}: series {s.ids[i]!r} has decreasing times ({s.t[i, j]:g} then {s.t[i, j + 1]:g} "
+        raise DataError(f"{path}: series {shown(s.ids[i])} has decreasing times ({s.t[i, j]:g} then {s.t[i, j + 1]:g} "
                         f"at step {j + 1}); allowed: non-decreasing times, padding repeating the last one")

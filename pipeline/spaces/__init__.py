@@ -19,11 +19,13 @@ which Optuna refuses), `log` that is not true/false, non-finite bounds, empty or
 choices, a `when`/`params`/`fixed`/`reference` that is not a mapping, out-of-range reference
 values, a learning rate that is not log-uniform, and values of the wrong type for the model
 argument or training setting they become (pipeline/config/arguments.py): `batch_size: 0` fails here,
-not in every trial a minute later.
+not in every trial a minute later. What only the model knows (`hidden_size: -32`) is checked by
+building it at the space's corners before a search starts (corners.py, issue 31).
 
     space.py    ParamSpec and SearchSpace, the define-by-run function, split_config
     parse.py    the file's keys parsed and checked, one line per problem
     checks.py   checks across keys: the reference, the protocol's combinations, per dataset
+    corners.py  check_corners: the model built and run at the reference and the space's corners
     load.py     load_space (a file -> a checked SearchSpace) and space_path
     causal.py   causal_space: on a per-step dataset, no value of the space reads later steps
 
@@ -32,7 +34,8 @@ Imports: errors, names, models, config.
 
 from pipeline.config.arguments import TRAINING_KEYS
 from pipeline.spaces.causal import causal_space
-from pipeline.spaces.checks import check_for_dataset
+from pipeline.spaces.checks import check_for_dataset, patience_note
+from pipeline.spaces.corners import check_corners
 from pipeline.spaces.load import load_space, space_path
 from pipeline.spaces.overrides import fix_values
 from pipeline.spaces.space import ParamSpec, SearchSpace, _sample, split_config  # noqa: F401  _sample: see below
@@ -40,5 +43,5 @@ from pipeline.spaces.space import ParamSpec, SearchSpace, _sample, split_config 
 # _sample is what SearchSpace.define_by_run wraps; Ray Tune pickles it into a search's experiment
 # state, and states saved before the split name it pipeline.spaces._sample (pipeline/moved.py).
 
-__all__ = ["ParamSpec", "SearchSpace", "TRAINING_KEYS", "causal_space", "check_for_dataset", "fix_values", "load_space",
-           "space_path", "split_config"]
+__all__ = ["ParamSpec", "SearchSpace", "TRAINING_KEYS", "causal_space", "check_corners", "check_for_dataset",
+           "fix_values", "load_space", "patience_note", "space_path", "split_config"]

@@ -99,3 +99,21 @@ def check_for_dataset(space: SearchSpace, dataset: str, task: str, has_embedding
         problem = dataset_problem(key, [reference[key]], task, has_embedding, epochs)
         if problem:
             raise _err(space.path, f"reference.{key}", f"{problem} (dataset {dataset})")
+
+
+def patience_note(space: SearchSpace, epochs: int, where: str) -> str | None:
+    """One line when the space's `patience` can exceed a search's `epochs`: it then never stops a
+    trial of this search (a short search of a paper's protocol, whose final stage trains long
+    enough, is fine); None otherwise. The final stage refuses a patience above its own epochs."""
+    if "patience" in space.fixed:
+        values = [space.fixed["patience"]]
+    elif "patience" in space.params:
+        spec = space.params["patience"]
+        values = list(spec.choices) if spec.choices else [spec.high]
+    else:
+        return None
+    longest = max((v for v in values if isinstance(v, int)), default=0)
+    if longest <= epochs:
+        return None
+    return (f"{space.family}: patience {longest} ({where}) is more than search.epochs ({epochs}): it never stops a "
+            f"trial of this search; the final stage applies it, and refuses it above final.epochs")

@@ -3,8 +3,11 @@
     search        the stage's driver: one Ray Tune run per dataset searching its families at
                   once, resumed after a restart, a record per family written to
                   results/<dataset>/search/<family>.json
-    plans         each family's part, checked before Ray starts: its space for the dataset, the
-                  fingerprint of what it searches, its record's path, its trials' context
+    plans         each family's part, checked before Ray starts: its space for the dataset (the
+                  model built at its corners), the fingerprint of what it searches, its record's
+                  path, its trials' context
+    epoch_time    a trial time limit measured against one epoch of the family's reference,
+                  refused before Ray starts when it cannot hold one
     parents       each family's MLflow parent run: opened, found again and resumed, closed
     tuner         the Ray Tune run: one trainable for every family, the family searcher and
                   scheduler, and what Ray kept of them after a restore

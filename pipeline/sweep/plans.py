@@ -18,7 +18,9 @@ from pipeline.data.inputs import fingerprint as data_fingerprint
 from pipeline.models import get_model_class
 from pipeline.models import user as user_families
 from pipeline.models.blocks.embedding import check_token_family
-from pipeline.spaces import SearchSpace, causal_space, check_for_dataset, fix_values, load_space, space_path
+from pipeline.spaces import (SearchSpace, causal_space, check_corners, check_for_dataset, fix_values, load_space,
+                             patience_note, space_path)
+from pipeline.spaces.overrides import WHERE as FIXED_BY_RUN
 from pipeline.stores import staleness, tracking
 from pipeline.stores.files import check_writable
 from pipeline.stores.paths import search_result_path
@@ -97,11 +99,30 @@ def plan_family(root: Path, dataset: str, family: str, p: SearchParams, meta: An
             print(f"ctsweep: search: {note}", file=sys.stderr)
         causal = space if space is not before else None
     check_for_dataset(space, dataset, meta.task, bool(meta.vocab_size), p.epochs)
+    run_fixed = p.fixed.get(family, {})
+    check_corners(space, meta.embedding_size if meta.vocab_size else len(meta.channels), meta.output_size,
+                  meta.per_step, _where(space, run_fixed), f"checked at the reference and the corners of the space on "
+                  f"{dataset}, before any trial")
+    note = patience_note(space, p.epochs, f"{FIXED_BY_RUN}.{family}" if "patience" in run_fixed else str(space.path))
+    if note:
+        print(f"ctsweep: search: {note}", file=sys.stderr)
     fp = search_fingerprint(dataset, family, p, space_path(root, family), data_dir, causal)
     out = search_result_path(root, dataset, family)
     check_writable(out.parent)
     return FamilyPlan(family, space, p.resources_for(family), fp, out,
                       staleness.inputs_digest(fp, staleness.code_digest(staleness.SEARCH_CODE)))
+
+
+def _where(space: SearchSpace, run_fixed: dict[str, Any]) -> Any:
+    """Where a key of the space as searched was set, as check_corners names it: this run's
+    `search.fixed`, the file's `fixed`, or its `params` (a corner) or `reference`."""
+    def where(key: str, at_end: bool) -> tuple[Path, str]:
+        if key in run_fixed:
+            return Path(f"{FIXED_BY_RUN}.{space.family}"), key
+        if key in space.fixed:
+            return space.path, f"fixed.{key}"
+        return space.path, f"{'params' if at_end else 'reference'}.{key}"
+    return where
 
 
 def start_limit(p: SearchParams, plans: list[FamilyPlan]) -> int:

@@ -282,3 +282,22 @@ def _trial_attrs(searcher: Any, records: list[dict[str, Any]]) -> dict[int, dict
                          **({"mlflow_run_id": r["mlflow_run_id"]} if r["mlflow_run_id"] else {}),
                          **({"fail_reason": r["error"]} if r["status"] == "error" and r["error"] else {})}
     return attrs
+
+
+FAILED_SUFFIX = ".failed.json"  # beside a kept good result: a later search whose every trial failed
+
+
+def failed_path(out: Path) -> Path:
+    """Where a search whose every trial failed is written when `out` holds a good result:
+    results/<dataset>/search/<family>.failed.json (a family name has no dot: never another's)."""
+    return out.with_name(out.name.removesuffix(".json") + FAILED_SUFFIX)
+
+
+def kept_result(out: Path) -> bool:
+    """Whether the result file `out` holds a good result (an earlier search's best configuration)
+    that a failed search must not replace (issue 31). A missing, unreadable or failed one may be."""
+    try:
+        record = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("status", "ok") == "ok" and record.get("best_config") is not None

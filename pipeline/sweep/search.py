@@ -17,7 +17,15 @@ A family whose every trial fails (no epoch within its time limit, a NaN loss, a 
 does not stop the sweep: its record says "status": "failed" with the reasons, its parent run
 ends FAILED tagged `all_trials_failed`, one warning goes to stderr, and the stage succeeds, so
 `dvc repro` goes on with the other families (final and the report skip this one). That outcome
-is final like a result: rerunning the search starts a new one.
+is final like a result: rerunning the search starts a new one. Where the family's result file
+already holds a good result (an earlier search's), the failed search never replaces it (issue
+31): it is written beside it as `<family>.failed.json`, and the stage ends with one line saying
+both and exit status 2, since going on would carry the earlier result into the final stage as if
+this search had found it.
+
+Results are written and their parent runs closed together, under `deferred()`: a signal landing
+then waits until every result is whole and its run closed (FINISHED, or FAILED for an all-failed
+search), and the message on the way out names what was written (pipeline/runtime/interrupts.py).
 """
 
 from __future__ import annotations
@@ -28,21 +36,25 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import SearchParams
+from pipeline.config.limits import MIN_SERIES
 from pipeline.data.contract import load_dataset, load_meta
 from pipeline.data.provenance import provenance_fields
+from pipeline.data.raw_lock import read_lock
+from pipeline.errors import CtsweepError
 from pipeline.names import check_name
-from pipeline.runtime.interrupts import Interrupted, deferred, graceful_tune
+from pipeline.runtime.interrupts import Interrupted, deferred, graceful_tune, wrote
 from pipeline.stores import staleness, tracking
 from pipeline.stores.files import check_writable, write_json
 from pipeline.stores.locks import stage_lock
-from pipeline.stores.paths import processed_dir, require
+from pipeline.stores.paths import processed_dir, raw_lock_path, require
 from pipeline.stores.ray_storage import check_storage_path
 from pipeline.sweep import run_lookup, sensitivity
 from pipeline.sweep.cluster import check_fits, check_shared_storage, is_uri, pending_trials, ray_session
+from pipeline.sweep.epoch_time import check_time_limit
 from pipeline.sweep.families import family_of
 from pipeline.sweep.parents import close_parent, log_outcome, open_parents
 from pipeline.sweep.plans import FamilyPlan, plan_family, start_limit, trial_contexts
-from pipeline.sweep.records import family_record
+from pipeline.sweep.records import family_record, failed_path, kept_result
 from pipeline.sweep.trial import run_trial
 from pipeline.sweep.tuner import TrialFn, new_tuner, restored_tuner, scheduler_of, searcher_of
 
@@ -76,23 +88,32 @@ def search_many(root: Path, dataset: str, families: list[str], p: SearchParams, 
         return _search(root, dataset, families, p, fresh, only_stale, trial_fn)
 
 
+class SearchFailedError(CtsweepError):
+    """Every trial of a search failed where an earlier good result is kept: the stage cannot go on."""
+
+
 def _search(root: Path, dataset: str, families: list[str], p: SearchParams, fresh: bool, only_stale: bool,
             trial_fn: TrialFn) -> dict[str, dict[str, Any]]:
     data_dir = require(processed_dir(root, dataset), f"ctsweep prepare {dataset}")
+    read_lock(raw_lock_path(root), dataset)  # the data's provenance is recorded there: a damaged file is refused
     meta = load_meta(data_dir)
     data = load_dataset(data_dir)  # a corrupt split fails now, before Ray and MLflow; shipped to every trial
+    _warn_small_splits(dataset, meta)
     plans = [plan_family(root, dataset, family, p, meta, data_dir) for family in families]
+    done = {plan.family: {**record, "up_to_date": True}  # the flag is for the caller; the file is untouched
+            for plan in plans if only_stale and (record := staleness.current_record(plan.out, plan.digest)) is not None}
+    todo = [plan for plan in plans if plan.family not in done]
+    for plan in todo if trial_fn is run_trial else ():  # a limit below one epoch of the reference fails every trial
+        check_time_limit(plan, p, data, dataset)  # (epoch_time.py; a stand-in trial trains nothing to measure)
     storage = check_storage_path(root, p.storage_path)  # the same location storage_location gives, checked
     sensitivity.check_optuna_storage(root, p.optuna_storage)  # opened now: not after the whole search
     if not is_uri(storage):
         check_writable(Path(storage))
-    done = {plan.family: {**record, "up_to_date": True}  # the flag is for the caller; the file is untouched
-            for plan in plans if only_stale and (record := staleness.current_record(plan.out, plan.digest)) is not None}
-    todo = [plan for plan in plans if plan.family not in done]
     if not todo:
         return done
     uri = tracking.tracking_uri(root)
     tracking.ensure_store(uri)
+    written: dict[str, Path] = {}  # family -> where its record went, once written and its parent run closed
     with ray_session(dashboard=any(plan.res.workers > 1 for plan in todo)):
         check_shared_storage(uri, p.storage_path, "search.storage_path")
         for plan in todo:
@@ -105,23 +126,64 @@ def _search(root: Path, dataset: str, families: list[str], p: SearchParams, fres
         try:
             with pending_trials(start_limit(p, todo)):
                 records = _run(root, dataset, p, meta, data_dir, data, client, exp_id, todo, path, resumed, trial_fn)
-            for plan in todo:
-                write_json(plan.out, records[plan.family])
-                log_outcome(client, plan.parent, records[plan.family])
-        except Interrupted as exc:  # SIGINT / SIGTERM: the result files are untouched; resumable
+            with deferred():  # a signal now waits until every result is written whole and its run closed
+                for plan in todo:
+                    written[plan.family] = _publish(root, client, plan, records[plan.family])
+        except Interrupted as exc:  # SIGINT / SIGTERM: the unwritten results are untouched; resumable
             with deferred():  # a second Ctrl-C must not leave runs RUNNING half-way through this
                 for plan in todo:
-                    run_lookup.close_interrupted(client, exp_id, plan.parent, str(exc))
+                    if plan.family not in written:
+                        run_lookup.close_interrupted(client, exp_id, plan.parent, str(exc))
             raise
         except BaseException as exc:  # a record could not be written, or a crash: resumable
             for plan in todo:
-                tracking.finish(client, plan.parent, exc)
+                if plan.family not in written:
+                    tracking.finish(client, plan.parent, exc)
             raise
+    kept = [plan for plan in todo if written[plan.family] != plan.out]
     for plan in todo:
-        close_parent(client, plan.parent, records[plan.family])
-        if records[plan.family]["status"] == "failed":
+        if records[plan.family]["status"] == "failed" and plan not in kept:
             _warn_failed(root, plan.out, records[plan.family])
+    if kept:
+        raise SearchFailedError(" ".join(_kept_line(root, plan, records[plan.family]) for plan in kept))
     return {plan.family: done.get(plan.family) or records[plan.family] for plan in plans}
+
+
+def _publish(root: Path, client: tracking.MlflowClient, plan: FamilyPlan, record: dict[str, Any]) -> Path:
+    """Write the family's record and close its parent run; returns where the record went: its
+    result file, or beside it when every trial failed and the file holds an earlier good result."""
+    out = failed_path(plan.out) if record["status"] == "failed" and kept_result(plan.out) else plan.out
+    write_json(out, record)
+    log_outcome(client, plan.parent, record)
+    close_parent(client, plan.parent, record)
+    if out == plan.out and record["status"] == "ok":
+        failed_path(plan.out).unlink(missing_ok=True)  # an earlier failed search's, superseded by this result
+    wrote(_shown(root, out), f"{plan.family}: {'search complete' if record['status'] == 'ok' else 'every trial failed'}"
+                            f", MLflow parent run {'FINISHED' if record['status'] == 'ok' else 'FAILED'}")
+    return out
+
+
+def _shown(root: Path, path: Path) -> Path:
+    return path.relative_to(root) if path.is_relative_to(root) else path
+
+
+def _kept_line(root: Path, plan: FamilyPlan, record: dict[str, Any]) -> str:
+    reasons = "; ".join(record["errors"][:3]) + (" ..." if len(record["errors"]) > 3 else "")
+    return (f"{record['dataset']}/{plan.family}: all {record['n_trials']} trials of this search failed ({reasons}); "
+            f"the earlier result {_shown(root, plan.out)} is kept and this search was written beside it to "
+            f"{_shown(root, failed_path(plan.out))}: fix the cause and search again, or move the failed search over "
+            f"the earlier result to record {plan.family} as failed.")
+
+
+def _warn_small_splits(dataset: str, meta: Any) -> None:
+    """One line when a split holds fewer than MIN_SERIES series (pipeline/config/limits.py): the
+    search chooses by a score over it, which one series moves by more than 10 points."""
+    small = [f"{n} {name}" for name, n in (meta.sizes or {}).items()
+             if name in ("train", "val", "test") and n < MIN_SERIES]
+    if small:
+        print(f"ctsweep: search: warning: {dataset} has only {', '.join(small)} series: a score over fewer than "
+              f"{MIN_SERIES} moves by more than {100 // MIN_SERIES} points with one series (prepare more, or "
+              f"final.validation: per_seed)", file=sys.stderr)
 
 
 def _warn_failed(root: Path, out: Path, record: dict[str, Any]) -> None:

@@ -43,7 +43,7 @@ from pipeline.data.contract import SPLITS, Dataset, Meta, Split, pad_sequences, 
 from pipeline.data.kinds.local.files import check_file, raw_layout, shown_name
 from pipeline.data.kinds.local.long_csv import Part, read_long_csv
 from pipeline.data.kinds.local.task import DEFAULT_METRIC, canonical_class, infer_task, label_numbers
-from pipeline.errors import DataError
+from pipeline.errors import DataError, excerpt
 
 if TYPE_CHECKING:
     from pipeline.config.datasets import LocalParams
@@ -71,7 +71,8 @@ def build(name: str, p: LocalParams, raw_dir: Path) -> Dataset:
     first = parts.get("train", parts.get("all"))
     for part in parts.values():
         if part.channels != first.channels:
-            raise DataError(f"{part.where}: channels {part.channels} differ from {first.where}'s {first.channels}; "
+            raise DataError(f"{part.where}: channels {excerpt(part.channels)} differ from {first.where}'s "
+                            f"{excerpt(first.channels)}; "
                             f"allowed: the same channels, in the same order, in every file")
     groups = _groups(parts, p)
     per_step = _per_step(groups, p)
@@ -135,7 +136,7 @@ def _groups(parts: dict[str, Part], p: LocalParams) -> dict[str, list[Record]]:
     groups = {s: [(part, i) for i, v in enumerate(part.splits) if v == s] for s in ("train", "val", "test")}
     for s in ("train", "test"):
         if not groups[s]:
-            raise DataError(f"{part.where}: column {p.split!r} names no {s!r} series; allowed: train and test "
+            raise DataError(f"{part.where}: column {excerpt(p.split)} names no {s!r} series; allowed: train and test "
                             f"series, val optional (else carved from train)")
     return {k: v for k, v in groups.items() if v}
 
@@ -150,7 +151,8 @@ def _per_step(groups: dict[str, list[Record]], p: LocalParams) -> bool:
                 return True
             if len(differs) and p.per_step is False:
                 j = differs[0]
-                raise DataError(f"{part.where}: {part.at(i, j)}: label {labels[j]!r} differs from {labels[0]!r} earlier "
+                raise DataError(f"{part.where}: {part.at(i, j)}: label {excerpt(labels[j])} differs from "
+                                f"{excerpt(labels[0])} earlier "
                                 f"in the series; with `per_step: false` a series has one label")
     return bool(p.per_step)
 
@@ -167,17 +169,20 @@ def _encode(part: Part, i: int, labels: np.ndarray, task: str, classes: list[str
     """Labels -> class indices (int64) or targets (float32); one value, or one per step."""
     if task == "regression":
         values = label_numbers(labels)
-        if values is None:
-            j = int(np.flatnonzero(np.isnan(pd.to_numeric(pd.Series(labels, dtype=object), errors="coerce")))[0])
-            raise DataError(f"{part.where}: {part.at(i, j)}: label {labels[j]!r} is not a number; regression needs numeric labels")
+        if values is None or not np.isfinite(values).all():
+            numbers = pd.to_numeric(pd.Series(labels, dtype=object), errors="coerce").to_numpy(np.float64)
+            j = int(np.flatnonzero(~np.isfinite(numbers))[0])
+            raise DataError(f"{part.where}: {part.at(i, j)}: label {excerpt(labels[j])} is not a finite number; "
+                            f"regression needs finite numeric labels")
         return values.astype(np.float32)
     index = {c: k for k, c in enumerate(classes)}
     out = np.empty(len(labels), np.int64)
     for j, label in enumerate(labels):
         k = index.get(canonical_class(label))
         if k is None:
-            raise DataError(f"{part.where}: {part.at(i, j)}: class {canonical_class(label)!r} is not among {origin} "
-                            f"{classes[:20]}; allowed: classes that train has (and `classes` lists, when given)")
+            raise DataError(f"{part.where}: {part.at(i, j)}: class {excerpt(canonical_class(label))} is not among "
+                            f"{origin} {excerpt(classes)}; allowed: classes that train has (and `classes` lists, "
+                            f"when given)")
         out[j] = k
     return out
 
@@ -191,8 +196,9 @@ def _check_seen(groups: dict[str, list[Record]], y: dict[str, list[np.ndarray]],
         for (part, i), labels in zip(groups.get(split, []), y.get(split, [])):
             new = np.flatnonzero(~np.isin(labels, list(seen)))
             if len(new):
-                raise DataError(f"{part.where}: {part.at(i, int(new[0]))}: class {classes[labels[new[0]]]!r} never "
-                                f"appears in the train split (train has {[classes[k] for k in sorted(seen)][:20]}); "
+                train = excerpt([classes[k] for k in sorted(seen)])
+                raise DataError(f"{part.where}: {part.at(i, int(new[0]))}: class {excerpt(classes[labels[new[0]]])} "
+                                f"never appears in the train split (train has {train}); "
                                 f"allowed: classes that train has")
 
 

@@ -4,7 +4,8 @@
 records each copy's sha256 in data/raw.lock under `local:<dataset>/<file name>`, so DVC sees a
 changed file as a changed fetch output and prepares again; `prepare` reads only the copies.
 Every file is checked before it is copied or read: its extension, that it is not empty, and that
-it fits in memory.
+it fits in memory; a changed CSV file is also read in full, so that one prepare would refuse is
+refused before it replaces the copy of the last good one (`fetch`).
 
 Layouts (a file, or a folder holding one of these; other files in the folder are not used):
     one file          <any>.csv, <any>.npz or <any>.ts; split by the CSV's split column or by rule
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline.data.download import read_lock, record_copies, sha256_of
+from pipeline.data.kinds.local.long_csv import forget_reads, keep_read, read_long_csv
 from pipeline.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
@@ -138,8 +140,12 @@ def _copy(src: Path, dest: Path) -> str:
 def fetch(p: LocalParams, raw_dir: Path, lock_path: Path, source: str | None = None) -> list[Path]:
     """Copy the dataset's files into raw_dir (only those that changed) and record their sha256.
 
-    The project root is lock_path's grandparent (<root>/data/raw.lock). `source` (a mirror of
-    downloads) does not apply to local files.
+    A changed CSV file is read in full first (long_csv.read_long_csv, as prepare reads it), so a
+    file prepare would refuse is refused here, before any copy or data/raw.lock changes: the copies
+    of the last good file stay as they were. The parts read are kept for this process's `build`
+    (prepare calls fetch, then build), which then does not parse the copies again; a file that did
+    not change is neither read nor copied. The project root is lock_path's grandparent
+    (<root>/data/raw.lock). `source` (a mirror of downloads) does not apply to local files.
     """
     dataset, root = raw_dir.name, lock_path.parent.parent
     path = resolve(p.path, root)
@@ -149,15 +155,20 @@ def fetch(p: LocalParams, raw_dir: Path, lock_path: Path, source: str | None = N
     files = source_files(path)
     for f in files.values():
         check_file(f)
+    digests = {f: sha256_of(f) for f in files.values()}
+    changed = [f for f, digest in digests.items()
+               if not (raw_dir / f.name).is_file() or sha256_of(raw_dir / f.name) != digest]
+    forget_reads()
+    parts = {f: read_long_csv(f, p.label, p.split) for f in changed if f.suffix.lower() == ".csv"}
     raw_dir.mkdir(parents=True, exist_ok=True)
     entries, copies = {}, []
-    for f in files.values():
+    for f, digest in digests.items():
         dest = raw_dir / f.name
-        digest = sha256_of(f)
-        if not dest.is_file() or sha256_of(dest) != digest:
-            copied = _copy(f, dest)
-            if copied != digest:
+        if f in changed:
+            if _copy(f, dest) != digest:
                 raise DataError(f"{f}: changed while it was copied to {dest}; run fetch again once it is written")
+            if f in parts:
+                keep_read(dest, p.label, p.split, parts[f])
         entries[f"local:{dataset}/{f.name}"] = {"filename": f.name, "sha256": digest, "size": dest.stat().st_size,
                                                 "source": p.path if path.is_file() else str(Path(p.path) / f.name)}
         copies.append(dest)

@@ -21,7 +21,7 @@ import numpy as np
 
 from pipeline.data.contract import ARRAYS, SPLITS, Dataset, Meta, Split, _split_problem, standardise, stratified_split, take
 from pipeline.data.kinds.local.task import DEFAULT_METRIC, infer_task
-from pipeline.errors import DataError
+from pipeline.errors import DataError, excerpt
 
 if TYPE_CHECKING:
     from pipeline.config.datasets import LocalParams
@@ -98,7 +98,7 @@ def build_npz(name: str, p: LocalParams, copies: dict[str, Path], shown: dict[st
             bad = np.flatnonzero(((y < 0) | (y >= len(classes))).reshape(len(y), -1).any(axis=1))
             if len(bad):
                 raise DataError(f"{files[k]}: series {bad[0]}: class index outside 0..{len(classes) - 1} "
-                                f"(classes {classes[:20]}); allowed: indices into `classes` or the train labels")
+                                f"(classes {excerpt(classes)}); allowed: indices into `classes` or the train labels")
         a = {**a, "x": a["x"].astype(np.float32), "t": a["t"].astype(np.float32), "y": y}
         _check(files[k], a, meta)
         splits[k] = Split(a["x"], a["t"], a["mask"], y)

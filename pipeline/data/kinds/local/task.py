@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from pipeline.errors import ConfigError, DataError
+from pipeline.errors import ConfigError, DataError, excerpt
 
 if TYPE_CHECKING:
     from pipeline.config.datasets import LocalParams
@@ -59,8 +59,9 @@ def infer_task(name: str, p: LocalParams, train: np.ndarray, regression: bool, w
                           f"(or set `task`)")
     if task == "regression":
         if numbers is None:
+            text = next(str(v) for v in np.unique(train) if label_numbers(np.asarray([v])) is None)
             raise ConfigError(f"prepare.{name}.task: regression needs numeric labels; {where} has labels such as "
-                              f"{next(str(v) for v in np.unique(train) if label_numbers(np.asarray([v])) is None)!r}")
+                              f"{excerpt(text)}")
         return task, []
     if p.classes is not None:
         classes = [str(c) for c in p.classes]
@@ -69,9 +70,9 @@ def infer_task(name: str, p: LocalParams, train: np.ndarray, regression: bool, w
         classes = found
     if task == "binary" and len(classes) != 2:
         raise ConfigError(f"prepare.{name}.task: binary needs 2 classes; the train labels of {where} have "
-                          f"{len(classes)}: {classes[:10]}; allowed: `task: classification`, or `classes` naming 2")
+                          f"{len(classes)}: {excerpt(classes)}; allowed: `task: classification`, or `classes` naming 2")
     if len(classes) < 2:
-        raise DataError(f"{where}: the train series have one class {classes}; allowed: at least two classes")
+        raise DataError(f"{where}: the train series have one class {excerpt(classes)}; allowed: at least two classes")
     return task, classes
 
 

@@ -1,0 +1,349 @@
+"""Issue 31, the search and final inputs once accepted without a word: each is refused with one
+line before anything is written or Ray starts, or handled so that nothing the user had is lost.
+
+Each refusal runs the installed `ctsweep` as a real process and asserts its exit status, that
+stderr is exactly one line, and that every file of the project is byte for byte as before (none
+created, none removed). The all-failed search and the late interrupt run a real search in this
+process with a stand-in trial (no training: pipeline.sweep.search's `trial_fn`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.config import SearchParams, XorParams
+from pipeline.data.contract import Dataset, save_dataset
+from pipeline.data.kinds.xor import build as build_xor
+from pipeline.errors import ConfigError, CtsweepError, TrialFailedError
+from pipeline.runtime import interrupts
+from pipeline.stores import tracking
+from pipeline.stores.paths import processed_dir, search_result_path
+from pipeline.sweep.context import TrialContext
+from tests.conftest import default_params, write_params
+
+CTSWEEP = Path(sys.executable).with_name("ctsweep")
+D, F = "x", "cfc"
+
+
+def _run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "PYTHONWARNINGS", "RAY_ADDRESS")}
+    command = [str(CTSWEEP)] if CTSWEEP.exists() else [sys.executable, "-m", "pipeline.cli.app"]
+    return subprocess.run([*command, *args, "--root", str(root)], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    """Every file under the project by relative path, but the stage locks (.ctsweep/locks: one driver per stage)."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.relative_to(root).as_posix().startswith(".ctsweep/")}
+
+
+def _params(**changes: dict) -> dict:
+    raw = default_params()
+    raw.update(datasets=[D], families=[F], prepare={D: {"kind": "xor", "n_train": 300, "n_test": 40, "seed": 3}})
+    raw["search"].update(num_samples=2, epochs=2, n_startup_trials=1, asha={"grace_period": 1})
+    for section, values in changes.items():
+        raw[section].update(values)
+    return raw
+
+
+@pytest.fixture
+def tiny(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The project with params for dataset `x` (270 train, 30 validation, 40 test series: no batch of
+    cfc's space is clipped), prepared, and an earlier search result for cfc that no refusal may touch."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    write_params(project, _params())
+    save_dataset(processed_dir(project, D), build_xor(D, XorParams(kind="xor", n_train=300, n_test=40, seed=3)))
+    out = search_result_path(project, D, F)
+    out.parent.mkdir(parents=True)
+    out.write_text(json.dumps(_good_record()) + "\n")
+    return project
+
+
+def _good_record() -> dict:
+    return {"dataset": D, "family": F, "status": "ok", "metric": "accuracy", "mode": "max",
+            "best_config": {"lr": 0.01, "batch_size": 32, "hidden_size": 64}, "best_val": 0.9, "trial_seed": 1000,
+            "n_trials": 2, "n_failed": 0, "note": "an earlier search's complete result"}
+
+
+def _refused(root: Path, *args: str) -> str:
+    """Run `ctsweep ARGS`; assert exit 2, one line on stderr and no file changed; return the line."""
+    before = _files(root)
+    done = _run(root, *args)
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ctsweep: error: "), done.stderr[-3000:]
+    assert _files(root) == before  # nothing written, created or removed
+    return lines[0]
+
+
+# ----------------------------------------------------------------------------- params.yaml
+
+
+def test_a_trial_time_limit_under_a_second_is_refused(tiny: Path) -> None:
+    write_params(tiny, _params(search={"trial_time_limit_s": 0.001}))
+    line = _refused(tiny, "search", D, F)
+    assert line.startswith(f"ctsweep: error: {tiny / 'params.yaml'}: key `search.trial_time_limit_s`: 0.001 s cannot "
+                           f"hold a trial's first epoch; allowed: at least 1 s, or null for no limit"), line
+
+
+def test_a_trial_time_limit_below_one_measured_epoch_is_refused_before_ray(tiny: Path) -> None:
+    # min_steps makes one epoch of the reference tens of thousands of optimiser steps: far beyond 1 s
+    write_params(tiny, _params(search={"trial_time_limit_s": 1, "min_steps": 1_000_000}))
+    line = _refused(tiny, "search", D, F)
+    assert line.startswith(f"ctsweep: error: params.yaml: key `search.trial_time_limit_s`: 1 s cannot hold one epoch "
+                           f"of {D}/{F}: at its reference configuration one optimiser step took "), line
+    assert "one optimiser step took" in line and "allowed: at least" in line, line
+    assert not (tiny / "mlflow.db").exists() and not (tiny / "ray_results").exists()
+
+
+def test_lr_factors_outside_a_decade_are_refused(tiny: Path) -> None:
+    write_params(tiny, _params(final={"lr_factors": [1.0e-300]}))
+    line = _refused(tiny, "final", D, F)
+    assert line == (f"ctsweep: error: {tiny / 'params.yaml'}: key `final`: lr_factors [1e-300] lie outside [0.1, 10]; "
+                    f"allowed: factors from 0.1 to 10 other than 1 (a robustness rerun changes the learning rate a "
+                    f"little; beyond a decade either way it is another configuration, which the search covers)")
+
+
+def test_a_dataset_of_11_sequences_is_refused_before_prepare_writes(tiny: Path) -> None:
+    raw = _params()
+    raw["prepare"][D].update(n_train=11)
+    write_params(tiny, raw)
+    line = _refused(tiny, "prepare", D)
+    assert line.startswith(f"ctsweep: error: {tiny / 'params.yaml'}: key `prepare.{D}.n_train`: 11 with val_fraction "
+                           f"0.1 leaves 9 training and 2 validation series; allowed: at least 10 of each "
+                           f"(n_train >= 91 at val_fraction 0.1)"), line
+
+
+def test_a_truncated_raw_lock_is_named_with_the_command_that_rebuilds_it(tiny: Path) -> None:
+    lock = tiny / "data" / "raw.lock"
+    lock.write_text('{"https://example.org/a.zip": {"sha256": "ab')
+    line = _refused(tiny, "search", D, F)
+    assert line == (f"ctsweep: error: {lock} is corrupt (truncated JSON at line 1); restore it with `git checkout -- "
+                    f"{lock}`, or delete it and rerun `ctsweep fetch {D}` to record the checksums again"), line
+
+
+# ----------------------------------------------------------------------------- search spaces
+
+
+def test_a_negative_hidden_size_in_the_reference_is_refused_by_the_model(tiny: Path) -> None:
+    space = tiny / "search_spaces" / "cfc.yaml"
+    text = space.read_text().replace("  hidden_size: {distribution: int, low: 32,",
+                                     "  hidden_size: {distribution: int, low: -32,")
+    text = text.replace("    hidden_size: 448\n", "    hidden_size: -32\n")  # the default reference
+    space.write_text(text)
+    line = _refused(tiny, "search", D, F)
+    assert line.startswith(f"ctsweep: error: {space}: key `reference.hidden_size`: -32 is refused by CfC ("), line
+    assert "-32" in line.split("is refused by CfC (", 1)[1], line  # the model's own words name the value
+    assert line.endswith(f"allowed: values it can be built with (checked at the reference and the corners of the "
+                         f"space on {D}, before any trial)"), line
+
+
+def _plan(root: Path, p: SearchParams):
+    from pipeline.data.contract import load_meta
+    from pipeline.sweep.plans import plan_family
+
+    return plan_family(root, D, F, p, load_meta(processed_dir(root, D)), processed_dir(root, D))
+
+
+def test_a_corner_the_model_refuses_names_the_range(tiny: Path) -> None:
+    space = tiny / "search_spaces" / "cfc.yaml"
+    space.write_text(space.read_text().replace("  backbone_units: {distribution: int, low: 32,",
+                                               "  backbone_units: {distribution: int, low: -32,"))
+    with pytest.raises(ConfigError) as caught:
+        _plan(tiny, SearchParams())
+    assert str(caught.value).startswith(f"{space}: key `params.backbone_units`: -32 is refused by CfC (")
+    assert "\n" not in str(caught.value)
+
+
+def test_a_value_fixed_by_params_yaml_is_checked_too(tiny: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^params\.yaml search\.fixed\.cfc: key `hidden_size`: -32 is refused by "):
+        _plan(tiny, SearchParams(fixed={F: {"hidden_size": -32}}))
+
+
+def test_every_shipped_space_passes_its_corner_check_on_the_default_dataset(tiny: Path) -> None:
+    plan = _plan(tiny, SearchParams())  # raises if cfc's own space were refused
+    assert plan.family == F
+
+
+def test_a_patience_longer_than_the_search_says_so_and_final_refuses_it(tiny: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    space = tiny / "search_spaces" / "cfc.yaml"
+    space.write_text(space.read_text().replace("fixed:\n  default: {}\n", "fixed:\n  default: {patience: 1000}\n"))
+    _plan(tiny, SearchParams(epochs=2, asha={"grace_period": 1}))
+    [note] = [line for line in capsys.readouterr().err.splitlines() if "patience" in line]
+    assert note == (f"ctsweep: search: {F}: patience 1000 ({space}) is more than search.epochs (2): it never stops a "
+                    f"trial of this search; the final stage applies it, and refuses it above final.epochs")
+    out = search_result_path(tiny, D, F)
+    out.write_text(json.dumps({**_good_record(), "best_config": {**_good_record()["best_config"], "patience": 1000}}))
+    line = _refused(tiny, "final", D, F)
+    assert line == (f"ctsweep: error: results/{D}/search/{F}.json: best_config `patience` 1000 is more than the run's "
+                    f"100 epochs, so it could never stop it; allowed: 0 to 100 (0: no early stopping) (the final stage "
+                    f"trains {F} for 100 epochs: params.yaml `final.epochs` or `final.family_epochs`)"), line
+
+
+def test_a_patience_beyond_any_stage_is_refused_at_load(tmp_path: Path) -> None:
+    from pipeline.spaces import load_space
+    from tests.conftest import REPO
+
+    space = tmp_path / "cfc.yaml"
+    space.write_text((REPO / "search_spaces" / "cfc.yaml").read_text().replace(
+        "fixed:\n  default: {}\n", "fixed:\n  default: {patience: 1000000}\n"))
+    with pytest.raises(ConfigError, match=r"key `fixed.patience`: 1000000 is not allowed; allowed: an integer from 0 "
+                                          r"to 100000"):
+        load_space(space)
+
+
+def test_a_small_validation_split_is_one_warning(capsys: pytest.CaptureFixture[str]) -> None:
+    from pipeline.data.contract import Meta
+    from pipeline.sweep.search import _warn_small_splits
+
+    _warn_small_splits("tiny", Meta(name="tiny", task="binary", per_step=False, output_size=1, metric="auroc",
+                                    channels=["a"], source="t", sizes={"train": 30, "val": 4, "test": 12}))
+    assert capsys.readouterr().err.splitlines() == [
+        "ctsweep: search: warning: tiny has only 4 val series: a score over fewer than 10 moves by more than 10 "
+        "points with one series (prepare more, or final.validation: per_seed)"]
+
+
+# ----------------------------------------------------------------------------- real searches
+
+
+def failing_trial(config: dict, ctx: TrialContext, data: Dataset) -> None:
+    """A stand-in trial whose loss turns non-finite at once: its real MLflow run ends FAILED."""
+    from ray import tune
+
+    from pipeline.sweep.trial import _fail, trial_run
+
+    client = tracking.MlflowClient(ctx.tracking_uri)
+    run_id = trial_run(client, ctx, tune.get_context().get_trial_id(), config)
+    error = TrialFailedError("non-finite training loss nan at epoch 1")
+    _fail(client, run_id, error)
+    raise error
+
+
+def good_trial(config: dict, ctx: TrialContext, data: Dataset) -> None:
+    """A stand-in trial reporting one epoch of validation accuracy 0.9."""
+    import tempfile
+
+    from ray import tune
+
+    from pipeline.sweep.trial import trial_run
+
+    client = tracking.MlflowClient(ctx.tracking_uri)
+    run_id = trial_run(client, ctx, tune.get_context().get_trial_id(), config)
+    tracking.log_metrics(client, run_id, {"val_metric": 0.9}, step=1)
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder, "state.json").write_text("{}")
+        tune.report({"epoch": 1, "val_metric": 0.9, "mlflow_run_id": run_id},
+                    checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+@pytest.fixture
+def by_value():
+    """Ray workers cannot import this test module: its stand-in trials travel by value."""
+    from ray import cloudpickle
+
+    module = sys.modules[failing_trial.__module__]
+    cloudpickle.register_pickle_by_value(module)
+    yield
+    cloudpickle.unregister_pickle_by_value(module)
+
+
+P = SearchParams(num_samples=2, max_concurrent=2, epochs=1, n_startup_trials=1, max_failures=0,
+                 asha={"grace_period": 1})
+
+
+def _parent(root: Path):
+    client = tracking.MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(f"ctsweep/{D}")
+    runs = client.search_runs([exp.experiment_id])
+    [parent] = [r for r in runs if tracking.PARENT_TAG not in r.data.tags]
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    return parent
+
+
+def test_a_search_whose_every_trial_failed_never_replaces_a_good_result(tiny: Path, by_value) -> None:
+    from pipeline.sweep.parents import ALL_FAILED_TAG
+    from pipeline.sweep.search import SearchFailedError, search
+
+    out = search_result_path(tiny, D, F)
+    previous = out.read_bytes()
+    with pytest.raises(SearchFailedError) as caught:
+        search(tiny, D, F, P, trial_fn=failing_trial)
+    message = str(caught.value)
+    assert isinstance(caught.value, CtsweepError) and "\n" not in message  # the CLI's one line, exit status 2
+    assert message == (f"{D}/{F}: all 2 trials of this search failed (non-finite training loss nan at epoch 1 "
+                       f"(2 trials)); the earlier result results/{D}/search/{F}.json is kept and this search was "
+                       f"written beside it to results/{D}/search/{F}.failed.json: fix the cause and search again, or "
+                       f"move the failed search over the earlier result to record {F} as failed.")
+    assert out.read_bytes() == previous  # the good result, byte for byte
+    failed = json.loads(out.with_name(f"{F}.failed.json").read_text())
+    assert (failed["status"], failed["n_trials"], failed["n_failed"], failed["best_config"]) == ("failed", 2, 2, None)
+    parent = _parent(tiny)
+    assert parent.info.status == "FAILED" and parent.data.tags[ALL_FAILED_TAG] == "true"
+    assert parent.info.run_id == failed["mlflow_parent_run_id"]
+
+
+def test_an_interrupt_just_after_the_result_was_written_says_so(tiny: Path, by_value,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGINT lands right after the result file is written: the search is complete, so its parent
+    run ends FINISHED, and the message names the file instead of claiming nothing changed."""
+    import pipeline.sweep.search as stage
+    from pipeline.sweep.parents import COMPLETE_TAG
+
+    real = stage.write_json
+
+    def write_then_interrupt(path: Path, data: dict) -> None:
+        real(path, data)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(stage, "write_json", write_then_interrupt)
+    with pytest.raises(interrupts.Interrupted) as caught, interrupts.handle_signals():
+        stage.search(tiny, D, F, P, trial_fn=good_trial)
+    record = json.loads(search_result_path(tiny, D, F).read_text())
+    assert record["status"] == "ok" and record["n_trials"] == 2  # the new, complete result
+    parent = _parent(tiny)
+    assert parent.info.status == "FINISHED" and parent.data.tags[COMPLETE_TAG] == "true"
+    assert interrupts.stop_message(caught.value) == (
+        f"interrupted by SIGINT: stopped after writing results/{D}/search/{F}.json ({F}: search complete, MLflow "
+        f"parent run FINISHED) in full; anything else earlier runs wrote is unchanged and nothing half-written was "
+        f"left")
+
+
+def test_the_command_line_prints_what_was_written_before_the_interrupt(capsys: pytest.CaptureFixture[str]) -> None:
+    import typer
+
+    from pipeline.cli.app import _stage
+
+    @_stage
+    def stage(written: bool) -> None:
+        if written:
+            interrupts.wrote("results/x/search/cfc.json", "cfc: search complete")
+        raise interrupts.Interrupted(signal.SIGINT)
+
+    for written, said in ((False, "stopped; what earlier runs wrote is unchanged and nothing half-written was left; "
+                                  "run the same command again to resume"),
+                          (True, "stopped after writing results/x/search/cfc.json (cfc: search complete) in full; "
+                                 "anything else earlier runs wrote is unchanged and nothing half-written was left")):
+        with pytest.raises(typer.Exit) as caught:
+            stage(written)
+        assert caught.value.exit_code == 130
+        assert capsys.readouterr().err.splitlines() == [f"ctsweep: interrupted by SIGINT: {said}"]
+
+
+def test_the_default_params_pass_every_new_bound() -> None:
+    from pipeline.config import load_params
+    from tests.conftest import REPO
+
+    params = load_params(REPO / "params.yaml")
+    assert params.search.trial_time_limit_s == 900 and params.final.lr_factors == []
+    assert yaml.safe_load((REPO / "params.yaml").read_text())["prepare"]["xor_event"]["n_train"] >= 91
