@@ -123,27 +123,22 @@ def search(
     cluster. An interrupted search (driver killed, Ctrl-C) is resumed by running the same command again.
     """
     _names(dataset=dataset, **({"family": family} if family is not None else {}))
-    from pipeline.sweep.search import search_many
+    from pipeline.cli.lines import say_searched
+    from pipeline.cli.sharing import siblings
+    from pipeline.sweep.search import search_datasets
 
     base, params = _params(root)
     _check(dataset, params.datasets, "datasets")
     if family is not None:
         _check(family, params.families, "families")
     families = [family] if family is not None else list(params.families)
-    records = search_many(base, dataset, families, params.search, fresh=fresh, only_stale=family is None)
-    for name in families:
-        _say_searched(dataset, name, records[name])
-
-
-def _say_searched(dataset: str, family: str, record: dict[str, Any]) -> None:
-    how = " (up to date: not searched again)" if record.get("up_to_date") else (
-        " (resumed)" if record.get("resumed") else "")
-    if record.get("status") == "failed":  # recorded, not raised: one family must not stop `dvc repro`
-        typer.echo(f"{dataset}/{family}: every trial failed ({record['n_trials']} trials): "
-                   f"{'; '.join(record.get('errors', [])[:3]) or 'no reason recorded'}{how}")
-        return
-    typer.echo(f"{dataset}/{family}: best val {record['metric']} {record['best_val']:.4f} "
-               f"({record['n_trials']} trials, {record['n_failed']} failed){how}")
+    others = siblings(base, params.datasets, dataset, params.search.share_datasets and family is None)
+    records = search_datasets(base, [dataset], families, params.search, fresh=fresh, only_stale=family is None,
+                              optional=others)
+    for name, by_family in records.items():
+        for family_name, record in by_family.items():
+            if name == dataset or not record.get("up_to_date"):  # a sibling's current results go unmentioned
+                say_searched(name, family_name, record)
 
 
 @app.command()
@@ -161,19 +156,21 @@ def final(
     data and code is skipped (this is what `dvc repro` runs).
     """
     _names(dataset=dataset, **({"family": family} if family is not None else {}))
-    from pipeline.final.stage import final_many
+    from pipeline.cli.lines import say_evaluated
+    from pipeline.cli.sharing import siblings
+    from pipeline.final.stage import final_datasets
 
     base, params = _params(root)
     _check(dataset, params.datasets, "datasets")
     if family is not None:
         _check(family, params.families, "families")
     families = [family] if family is not None else list(params.families)
-    for name, r in final_many(base, dataset, families, params.final, only_stale=family is None).items():
-        how = " (up to date: not trained again)" if r.get("up_to_date") else ""
-        if r.get("status") == "failed":
-            typer.echo(f"{dataset}/{name}: not evaluated: {r.get('reason', 'every search trial failed')}{how}")
-            continue
-        typer.echo(f"{dataset}/{name}: test {r['test_mean']:.4f} ± {r['test_std']:.4f} over {r['n_seeds']} seeds{how}")
+    others = siblings(base, params.datasets, dataset, params.final.share_datasets and family is None)
+    records = final_datasets(base, [dataset], families, params.final, only_stale=family is None, optional=others)
+    for name, by_family in records.items():
+        for family_name, r in by_family.items():
+            if name == dataset or not r.get("up_to_date"):  # a sibling's current results go unmentioned
+                say_evaluated(name, family_name, r)
 
 
 @app.command()

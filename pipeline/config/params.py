@@ -137,6 +137,10 @@ class SearchParams(_Strict):
     max_failures: int = Field(
         2, ge=0, le=100, description="at most 100 retries of a trial whose process or node died, from its last checkpoint "
                              "(a NaN loss or a solver failure is final and never retried)")
+    share_datasets: bool = Field(
+        True, description="`ctsweep search DATASET` (what `dvc repro` runs) also takes on the out-of-date families of "
+        "params.yaml's other datasets whose data is prepared, all in one Ray run sharing the cluster's slots; their "
+        "own stages then find them current. Results do not depend on it")
     autoscaling: bool = Field(
         False, description="the cluster adds nodes on demand: do not refuse a request no current node fits")
     optuna_storage: str = Field(
@@ -208,6 +212,10 @@ class FinalParams(_Strict):
         "validation series together, stratified, with its own seed; the test split untouched)")
     resources: Resources = Resources()
     family_resources: dict[Name, ResourceOverride] = Field(default_factory=dict)
+    share_datasets: bool = Field(
+        True, description="`ctsweep final DATASET` (what `dvc repro` runs) also takes on the out-of-date families of "
+        "params.yaml's other datasets whose data is prepared, all in one Ray run sharing the cluster's slots; their "
+        "own stages then find them current. Results do not depend on it")
     family_epochs: dict[Name, Annotated[int, Field(ge=1, le=MAX_EPOCHS)]] = Field(
         default_factory=dict, description="per-family epochs instead of `epochs`, e.g. {cf_s: 116, cfc: 57} "
                                           "(a paper's table that trains each model for its own number of epochs)")

@@ -4,6 +4,7 @@ over the cluster at once (pipeline.final.stage runs them)."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,18 +104,22 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
     return {**result, "lr_factor": job.lr_factor, "state_dict": run.best_state}
 
 
-def spread(jobs: list[SeedJob], data: Dataset) -> tuple[dict[int, dict[str, Any]], dict[str, BaseException]]:
-    """Train every job at once over Ray, each with its own CPUs and GPUs, whatever its family:
-    a free slot takes the next seed of any family. Returns ({job index: result}, {family: error}).
+def spread(jobs: list[SeedJob], data: Dataset | Mapping[str, Dataset]
+           ) -> tuple[dict[int, dict[str, Any]], dict[tuple[str, str], BaseException]]:
+    """Train every job at once over Ray, each with its own CPUs and GPUs, whatever its family or
+    dataset: a free slot takes the next seed of any of them. `data`: the jobs' dataset, or
+    {dataset: Dataset} when several datasets share the run (`final.share_datasets`). Returns
+    ({job index: result}, {(dataset, family): error}).
 
-    A failed seed fails its own family only: that family's other seeds are cancelled and its
-    error returned, the other families go on. A signal stops every seed (Interrupted on return).
+    A failed seed fails its own (dataset, family) only: its other seeds are cancelled and its
+    error returned, the others go on. A signal stops every seed (Interrupted on return).
     """
-    data_ref = ray.put(data)  # once, not once per seed
-    pending = {ray.remote(train_seed).options(num_cpus=job.cpus, num_gpus=job.gpus).remote(job, data_ref): i
+    shared = data if isinstance(data, Mapping) else {job.dataset: data for job in jobs}
+    refs = {name: ray.put(d) for name, d in shared.items()}  # once per dataset, not once per seed
+    pending = {ray.remote(train_seed).options(num_cpus=job.cpus, num_gpus=job.gpus).remote(job, refs[job.dataset]): i
                for i, job in enumerate(jobs)}
     results: dict[int, dict[str, Any]] = {}
-    failed: dict[str, BaseException] = {}
+    failed: dict[tuple[str, str], BaseException] = {}
     with deferred() as interrupt:  # a signal is checked between short waits, never raised inside Ray
         while pending and interrupt.signum is None:
             ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
@@ -123,9 +128,9 @@ def spread(jobs: list[SeedJob], data: Dataset) -> tuple[dict[int, dict[str, Any]
                 try:
                     results[index] = ray.get(ref)
                 except Exception as exc:  # the seed's own error (RayTaskError keeps it as cause)
-                    family = jobs[index].family
-                    failed.setdefault(family, exc)
-                    _cancel(pending, lambda i, family=family: jobs[i].family == family)
+                    cell = (jobs[index].dataset, jobs[index].family)
+                    failed.setdefault(cell, exc)
+                    _cancel(pending, lambda i, cell=cell: (jobs[i].dataset, jobs[i].family) == cell)
         if interrupt.signum is not None:  # stop the seeds now, not at Ray's shutdown: their runs are closed next
             _cancel(pending, lambda i: True)
     return results, failed

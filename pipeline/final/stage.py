@@ -21,55 +21,32 @@ from __future__ import annotations
 import contextlib
 import statistics
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from pipeline.final import resume as final_resume
 from pipeline.stores import staleness
 from pipeline.stores import tracking
 from pipeline.config import FinalParams
-from pipeline.data.contract import Dataset, load_dataset
+from pipeline.data.contract import Dataset
 from pipeline.data.provenance import provenance_fields
-from pipeline.errors import ConfigError
+from pipeline.errors import CtsweepError
 from pipeline.final.repeats import between_repeats, searched_repeats, summary as _summary
+from pipeline.final.plans import Inputs, Part, Plan, dataset_part, scaled_lr
 from pipeline.final.seeds import SeedJob, spread, train_seed
 from pipeline.models import get_model_class
-from pipeline.models.base import later_steps_problem
 from pipeline.runtime.interrupts import Interrupted, deferred, wrote
-from pipeline.stores.files import check_writable, write_json
+from pipeline.stores.files import write_json
 from pipeline.stores.locks import stage_lock
 from pipeline.names import check_name
-from pipeline.stores.paths import final_result_path, processed_dir, require, search_result_path
-from pipeline.config.protocol import dataset_problem
-from pipeline.stores.schema import SEARCH_FOR_FINAL, read_record
+from pipeline.stores.paths import final_result_path
 from pipeline.serving.pyfunc import log_model_from_state
 from pipeline.spaces import split_config
 from pipeline.sweep import run_lookup
 from pipeline.sweep.cluster import check_fits, check_shared_storage, ray_session
 from pipeline.training.selection import best_index
 
-__all__ = ["SeedJob", "final", "final_many", "scaled_lr", "stopping", "train_seed"]
-
-
-def _check_protocol(config: dict[str, Any], meta: Any, epochs: int, dataset: str, family: str) -> None:
-    """The searched training protocol must work at the final budget too (a step epoch within it)."""
-    for key, value in config.items():
-        problem = dataset_problem(key, [value], meta.task, bool(meta.vocab_size), epochs)
-        if problem:
-            raise ConfigError(f"results/{dataset}/search/{family}.json: best_config `{key}` {problem} "
-                              f"(the final stage trains {family} for {epochs} epochs: params.yaml "
-                              f"`final.epochs` or `final.family_epochs`)")
-
-
-def _check_causal(config: dict[str, Any], meta: Any, dataset: str, family: str) -> None:
-    """On a per-step dataset the searched configuration reads no later step where the family has a
-    causal variant (a search from before issue 30 may still hold one that does): refuse it before Ray."""
-    problem = later_steps_problem(get_model_class(family), split_config(config)[1]) if meta.per_step else None
-    if problem:
-        raise ConfigError(f"results/{dataset}/search/{family}.json: best_config reads later steps on per-step "
-                          f"dataset {dataset} ({problem}); rerun `ctsweep search {dataset} {family}`, which "
-                          f"searches that variant")
+__all__ = ["SeedJob", "final", "final_datasets", "final_many", "scaled_lr", "stopping", "train_seed"]
 
 
 def reads_later_steps(family: str, configs: list[dict[str, Any]], per_step: bool) -> str | None:
@@ -95,155 +72,90 @@ def final_many(root: Path, dataset: str, families: list[str], p: FinalParams,
     A family whose seed fails ends FAILED (resumable, its finished seeds kept) without stopping
     the others; the first such error is raised once every other family's result is written.
     """
-    check_name(dataset, "dataset name")
+    return final_datasets(root, [dataset], families, p, only_stale)[dataset]
+
+
+def final_datasets(root: Path, datasets: list[str], families: list[str], p: FinalParams, only_stale: bool = False,
+                   optional: Sequence[str] = ()) -> dict[str, dict[str, dict[str, Any]]]:
+    """final_many over several datasets at once, every seed of them all spread over Ray together;
+    returns {dataset: {family: record}}. `optional`: more datasets to take on when they can be
+    (`final.share_datasets`), only their out-of-date families: one that is busy or fails a check
+    is left, with one line, to its own `ctsweep final`."""
+    for name in [*datasets, *optional]:
+        check_name(name, "dataset name")
     for family in families:
         check_name(family, "family name")
     with contextlib.ExitStack() as locks:  # one driver per final evaluation: a second is refused
-        for family in sorted(families):
-            locks.enter_context(stage_lock(root, "final", dataset, family))
-        return _final_many(root, dataset, families, p, only_stale)
+        for name in sorted(datasets):
+            for family in sorted(families):
+                locks.enter_context(stage_lock(root, "final", name, family))
+        parts = [dataset_part(root, name, families, p, only_stale) for name in datasets]
+        for name in optional:
+            try:
+                with contextlib.ExitStack() as own:
+                    for family in sorted(families):
+                        own.enter_context(stage_lock(root, "final", name, family))
+                    part = dataset_part(root, name, families, p, True)
+                    locks.enter_context(own.pop_all())  # held until this stage ends
+            except CtsweepError as exc:  # its own stage reports it; this one goes on without it
+                print(f"ctsweep: final: {name} left to `ctsweep final {name}`: {exc}", file=sys.stderr)
+                continue
+            parts.append(part)
+        trained = [part for part in parts if part.plans]
+        if trained:
+            _run(trained)
+        return {part.inputs.dataset: {family: part.records[family] for family in families} for part in parts}
 
 
-@dataclass
-class _Plan:
-    """One family's final evaluation: checked, its parent run open, its seeds to train."""
-
-    family: str
-    p: FinalParams
-    searched: dict[str, Any]
-    parent: str
-    resumed: bool
-    jobs: list[SeedJob]
-    kept: dict[tuple[int, str, int], dict[str, Any]]
-    digest: str
-
-    @property
-    def todo(self) -> list[SeedJob]:
-        return [j for j in self.jobs if final_resume.seed_key(j.seed, j.lr_factor, j.repeat) not in self.kept]
-
-
-class _Inputs:
-    """The dataset and the MLflow experiment, opened once and only when a family needs them."""
-
-    def __init__(self, root: Path, dataset: str) -> None:
-        self.root, self.dataset = root, dataset
-        self.dir = require(processed_dir(root, dataset), f"ctsweep prepare {dataset}")
-        self._data: Dataset | None = None
-        self._experiment: tuple[tracking.MlflowClient, str] | None = None
-
-    @property
-    def data(self) -> Dataset:
-        if self._data is None:
-            self._data = load_dataset(self.dir)  # a corrupt split fails now, before Ray and MLflow
-        return self._data
-
-    @property
-    def experiment(self) -> tuple[tracking.MlflowClient, str]:
-        if self._experiment is None:
-            self._experiment = tracking.experiment_id(self.root, self.dataset)
-        return self._experiment
-
-
-def _final_many(root: Path, dataset: str, families: list[str], p: FinalParams,
-                only_stale: bool) -> dict[str, dict[str, Any]]:
-    inputs = _Inputs(root, dataset)
-    records: dict[str, dict[str, Any]] = {}
-    plans: list[_Plan] = []
-    for family in families:
-        outcome = _plan(inputs, family, p.for_family(family), only_stale)
-        if isinstance(outcome, _Plan):
-            plans.append(outcome)
-        else:
-            records[family] = outcome
-    if plans:
-        records.update(_run(inputs, plans))
-    return {family: records[family] for family in families}
-
-
-def _plan(inputs: _Inputs, family: str, p: FinalParams, only_stale: bool) -> _Plan | dict[str, Any]:
-    """The family's plan, or its record when there is nothing to train (failed search, current result)."""
-    root, dataset = inputs.root, inputs.dataset
-    producer = f"ctsweep search {dataset} {family}"
-    searched = read_record(require(search_result_path(root, dataset, family), producer), producer, SEARCH_FOR_FINAL)
-    if searched.get("status") == "failed":  # nothing to evaluate: say so, and let the other families go on
-        return _skip_failed(root, dataset, family, searched)
-    repeats = searched_repeats(searched)
-    for trial_seed in [searched["trial_seed"], *(r["trial_seed"] for r in searched.get("repeats", []))]:
-        if trial_seed in p.seeds:
-            raise ConfigError(f"params.yaml: key `final.seeds`: {p.seeds} includes the search seed "
-                              f"{trial_seed}; final seeds must be fresh")
-    out = final_result_path(root, dataset, family)
-    check_writable(out.parent)
-    fp = final_resume.fingerprint(dataset, family, searched, p, inputs.dir)
-    digest = staleness.inputs_digest(fp, staleness.code_digest(staleness.FINAL_CODE))
-    if only_stale and (current := staleness.current_record(out, digest)) is not None:
-        return {**current, "up_to_date": True}  # the flag is for the caller; the file is untouched
-    for _, config in repeats:
-        _check_protocol(config, inputs.data.meta, p.epochs, dataset, family)
-        _check_causal(config, inputs.data.meta, dataset, family)
-    client, exp_id = inputs.experiment
-    _check_time_limit(client, searched, p, dataset, family)
-    parent, resumed = final_resume.open_parent(
-        client, exp_id, dataset, family, fp,
-        {**searched["best_config"], "seeds": p.seeds, "epochs": p.epochs, "final_patience": p.patience,
-         "time_limit_s": p.time_limit_s, "lr_factors": p.lr_factors})
-    if inputs.data.meta.provenance:  # not a tag a resumed stage is found by: its fingerprint covers meta.json
-        tracking.set_tags(client, parent, provenance_fields(inputs.data.meta))
-    res = p.resources_for(family)
-    # Robustness reruns (lr factors) train the first repeat's configuration only.
-    jobs = [SeedJob(dataset, family, str(inputs.dir), scaled_lr(config, factor), s, p.epochs, res.cpu, res.gpu,
-                    tracking.tracking_uri(root), exp_id, parent, factor, p.patience, p.time_limit_s, repeat,
-                    p.min_steps, p.validation, inputs.data.meta.provenance)
-            for i, (repeat, config) in enumerate(repeats)
-            for factor in ((1.0, *p.lr_factors) if i == 0 else (1.0,)) for s in p.seeds]
-    kept = final_resume.finished_seeds(client, exp_id, parent) if resumed else {}
-    return _Plan(family, p, searched, parent, resumed, jobs, kept, digest)
-
-
-def _run(inputs: _Inputs, plans: list[_Plan]) -> dict[str, dict[str, Any]]:
-    """Train every plan's missing seeds at once, then write each family's record."""
-    client, exp_id = inputs.experiment
-    todo = [job for plan in plans for job in plan.todo]
+def _run(parts: list[Part]) -> None:
+    """Train every plan's missing seeds, of every dataset, at once; then write each family's
+    record into its part's `records` (the first error raised once every other record is written)."""
+    cells = [(part, plan) for part in parts for plan in part.plans]
+    todo = [job for _, plan in cells for job in plan.todo]
     try:
         done, failed = ({}, {})
         if todo:
             with ray_session():
-                check_shared_storage(tracking.tracking_uri(inputs.root))
-                for plan in plans:
+                check_shared_storage(tracking.tracking_uri(parts[0].inputs.root))
+                for _, plan in cells:
                     if plan.todo:
                         check_fits(plan.p.resources_for(plan.family),
                                    f"final.family_resources.{plan.family}" if plan.family in plan.p.family_resources
                                    else "final.resources")
-                done, failed = spread(todo, inputs.data)
+                datas = {part.inputs.dataset: part.inputs.data for part in parts if any(plan.todo for plan in part.plans)}
+                done, failed = spread(todo, datas)
     except Interrupted as exc:  # the seeds were stopped; the previous result files stay as they were
         with deferred():
-            for plan in plans:
+            for part, plan in cells:
+                client, exp_id = part.inputs.experiment
                 run_lookup.close_interrupted(client, exp_id, plan.parent, str(exc))
         raise
     except BaseException as exc:
-        for plan in plans:
-            tracking.finish(client, plan.parent, exc)
+        for part, plan in cells:
+            tracking.finish(part.inputs.experiment[0], plan.parent, exc)
         raise
-    trained: dict[str, dict[tuple[int, str, int], dict[str, Any]]] = {plan.family: {} for plan in plans}
+    trained: dict[tuple[str, str], dict[tuple[int, str, int], dict[str, Any]]] = {
+        (part.inputs.dataset, plan.family): {} for part, plan in cells}
     for i, result in done.items():
-        trained[todo[i].family][final_resume.seed_key(todo[i].seed, todo[i].lr_factor, todo[i].repeat)] = result
-    records, errors = {}, []
-    for plan in plans:
+        job = todo[i]
+        trained[(job.dataset, job.family)][final_resume.seed_key(job.seed, job.lr_factor, job.repeat)] = result
+    errors = []
+    for part, plan in cells:
+        cell = (part.inputs.dataset, plan.family)
         try:
-            if plan.family in failed:
-                raise failed[plan.family]
-            records[plan.family] = _finish(inputs, plan, trained[plan.family])
+            if cell in failed:
+                raise failed[cell]
+            part.records[plan.family] = _finish(part.inputs, plan, trained[cell])
         except Interrupted:
             raise
         except BaseException as exc:  # a failed seed, or a record that could not be written: resumable
-            tracking.finish(client, plan.parent, exc)
+            tracking.finish(part.inputs.experiment[0], plan.parent, exc)
             errors.append(exc)
     if errors:
         raise errors[0]
-    return records
 
 
-def _finish(inputs: _Inputs, plan: _Plan, trained: dict[tuple[int, str, int], dict[str, Any]]) -> dict[str, Any]:
+def _finish(inputs: Inputs, plan: Plan, trained: dict[tuple[int, str, int], dict[str, Any]]) -> dict[str, Any]:
     """Write the family's record from its kept and newly trained seeds; close its parent run."""
     client, _ = inputs.experiment
     p, family = plan.p, plan.family
@@ -268,40 +180,6 @@ def _finish(inputs: _Inputs, plan: _Plan, trained: dict[tuple[int, str, int], di
     return record
 
 
-def _skip_failed(root: Path, dataset: str, family: str, searched: dict[str, Any]) -> dict[str, Any]:
-    """The record of a family whose every search trial failed: no seeds, its reasons, exit 0."""
-    record = {"status": "failed", "dataset": dataset, "family": family, "metric": searched["metric"],
-              "mode": searched["mode"], "n_trials": searched["n_trials"], "n_failed": searched["n_failed"],
-              "errors": searched.get("errors", []), "reason": "every search trial failed"}
-    write_json(final_result_path(root, dataset, family), record)
-    reasons = "; ".join(record["errors"][:3]) or "no reason recorded"
-    print(f"ctsweep: warning: {dataset}/{family}: every search trial failed ({reasons}); nothing to evaluate, "
-          f"recorded as failed in {final_result_path(root, dataset, family).relative_to(root)}", file=sys.stderr)
-    return record
-
-
-def _measured_epoch_s(client: tracking.MlflowClient, searched: dict[str, Any]) -> float | None:
-    """The median training seconds per epoch of the search trial that found the best configuration."""
-    best = [t for t in searched.get("trials", []) if t.get("config") == searched["best_config"]
-            and t.get("mlflow_run_id")]
-    if not best:
-        return None
-    seconds = [m.value for m in client.get_metric_history(best[0]["mlflow_run_id"], "epoch_seconds")]
-    return statistics.median(seconds) if seconds else None
-
-
-def _check_time_limit(client: tracking.MlflowClient, searched: dict[str, Any], p: FinalParams, dataset: str,
-                      family: str) -> None:
-    """A cap below one epoch would stop every seed before it trained: refuse it before Ray starts."""
-    if p.time_limit_s is None:
-        return
-    epoch_s = _measured_epoch_s(client, searched)
-    if epoch_s is not None and p.time_limit_s < epoch_s:
-        raise ConfigError(f"params.yaml: key `final.time_limit_s`: {p.time_limit_s:g} s is below one epoch of "
-                          f"{dataset}/{family} as its search measured it ({epoch_s:.3g} s); allowed: at least "
-                          f"{epoch_s:.3g}, or null for no cap")
-
-
 def _evaluate(root: Path, dataset: str, family: str, searched: dict[str, Any], p: FinalParams,
               results: list[dict[str, Any]], data: Dataset) -> dict[str, Any]:
     """The final record from every seed's result; logs the best nominal seed's model for promotion."""
@@ -321,11 +199,6 @@ def _evaluate(root: Path, dataset: str, family: str, searched: dict[str, Any], p
     if reason is not None:  # only then: every other record stays as it was
         record["reads_later_steps"] = reason
     return record
-
-
-def scaled_lr(config: dict[str, Any], factor: float) -> dict[str, Any]:
-    """`config` with its learning rate multiplied by `factor` (every search space searches `lr`)."""
-    return config if factor == 1.0 else {**config, "lr": config["lr"] * factor}
 
 
 def _robustness(config: dict[str, Any], mode: str, factor: float, runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -29,10 +29,11 @@
     sensitivity   each search's Optuna study, persisted; fANOVA hyperparameter importances
     run_lookup    finding MLflow runs again after a restart (a trial's run, an unfinished parent)
 
-The flow: `ctsweep search` calls search.search_many, which checks each family's plan (plans)
-before Ray starts, connects through cluster, opens (or finds again, through run_lookup) each
+The flow: `ctsweep search` calls search.search_datasets (search_many for one dataset), which
+checks each (dataset, family)'s plan (plans) before Ray starts, connects through cluster, opens (or finds again, through run_lookup) each
 family's MLflow parent run (parents) and starts one Tuner (tuner) whose trainable is
-trial.run_family_trial: the trial's family (a config key) picks its context.TrialContext and
+trial.run_family_trial: the trial's family (a config key; "<dataset>/<family>" when datasets share
+the run, `search.share_datasets`) picks its context.TrialContext and
 trial.run_trial trains it. families' searcher asks each family's scheduling searcher in turn for
 a configuration, each family's ASHA stops its weak trials early; a trial asking for several
 workers hands its training to distributed.run_data_parallel. When the Tuner ends, records turns

@@ -19,32 +19,35 @@ COMPLETE_TAG = "search_complete"  # set once the search's outcome is final: neve
 ALL_FAILED_TAG = "all_trials_failed"  # on the parent run of a search whose every trial failed
 
 
-def experiment_path(storage: str, dataset: str, families: list[str]) -> str:
-    """A new Ray experiment's path: named for its family when it has one, else for the set."""
-    label = families[0] if len(families) == 1 else "families-" + hashlib.sha256(
-        ",".join(families).encode()).hexdigest()[:8]
-    return f"{storage.rstrip('/')}/{dataset}__{label}__{time.strftime('%Y%m%d-%H%M%S')}"
+def experiment_path(storage: str, datasets: list[str], keys: list[str]) -> str:
+    """A new Ray experiment's path: named for its dataset and family when it has one of each, for
+    the dataset and the set of families, or for the set of datasets and cells when datasets share it."""
+    label = keys[0] if len(keys) == 1 else "families-" + hashlib.sha256(",".join(keys).encode()).hexdigest()[:8]
+    head = datasets[0] if len(datasets) == 1 else f"{len(datasets)}-datasets"
+    return f"{storage.rstrip('/')}/{head}__{label}__{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def open_parents(client: tracking.MlflowClient, exp_id: str, dataset: str, plans: list[FamilyPlan], storage: str,
-                  fresh: bool) -> tuple[str, bool]:
-    """(Ray experiment path, resumed); sets each plan's parent run.
+Group = tuple[str, str, list[FamilyPlan]]  # (MLflow experiment id, dataset, its families' plans)
+
+
+def open_parents(client: tracking.MlflowClient, groups: list[Group], storage: str, fresh: bool) -> tuple[str, bool]:
+    """(Ray experiment path, resumed) of one Ray experiment holding every plan of `groups` (one
+    group per dataset, each in its dataset's MLflow experiment); sets each plan's parent run.
 
     Resumed when every family's unfinished search with its fingerprint names the same Ray
     experiment and that experiment can be restored; otherwise a new experiment with a new parent
     run per family (an unfinished parent it replaces ends KILLED, tagged `superseded`).
     """
-    tags = {plan.family: {"dataset": dataset, "family": plan.family, "stage": "search",
-                          "search_fingerprint": plan.fingerprint} for plan in plans}
-    previous = {plan.family: None if fresh else run_lookup.find_unfinished_parent(client, exp_id, tags[plan.family],
-                                                                                  COMPLETE_TAG)
-                for plan in plans}
-    paths = {run.data.tags.get("ray_experiment_path", "") for run in previous.values() if run is not None}
-    if None not in previous.values() and len(paths) == 1:
+    entries = [(exp_id, plan, {"dataset": dataset, "family": plan.family, "stage": "search",
+                               "search_fingerprint": plan.fingerprint})
+               for exp_id, dataset, plans in groups for plan in plans]
+    previous = [None if fresh else run_lookup.find_unfinished_parent(client, exp_id, tags, COMPLETE_TAG)
+                for exp_id, _, tags in entries]
+    paths = {run.data.tags.get("ray_experiment_path", "") for run in previous if run is not None}
+    if None not in previous and len(paths) == 1:
         path = paths.pop()
         if path and tune.Tuner.can_restore(path):
-            for plan in plans:
-                run = previous[plan.family]
+            for (_, plan, _), run in zip(entries, previous):
                 plan.parent, plan.resumed = run.info.run_id, True
                 client.update_run(run.info.run_id, status="RUNNING")
                 tracking.set_tags(client, run.info.run_id, {"attempts": int(run.data.tags.get("attempts", "1")) + 1,
@@ -52,14 +55,12 @@ def open_parents(client: tracking.MlflowClient, exp_id: str, dataset: str, plans
                 if "interrupted" in run.data.tags:  # it is running again; the interrupt stays in `attempts`
                     client.delete_tag(run.info.run_id, "interrupted")
             return path, True
-    path = experiment_path(storage, dataset, [plan.family for plan in plans])
-    for plan in plans:
-        old = previous[plan.family]
+    path = experiment_path(storage, [dataset for _, dataset, _ in groups], [plan.key for _, plan, _ in entries])
+    for (exp_id, plan, tags), old in zip(entries, previous):
         if old is not None and old.info.status == "RUNNING":
             tracking.set_tags(client, old.info.run_id, {"superseded": "true"})
             tracking.terminate(client, old.info.run_id, "KILLED")
-        plan.parent = tracking.start_run(client, exp_id, f"search/{plan.family}",
-                                         {**tags[plan.family], "ray_experiment_path": path})
+        plan.parent = tracking.start_run(client, exp_id, f"search/{plan.family}", {**tags, "ray_experiment_path": path})
     return path, False
 
 

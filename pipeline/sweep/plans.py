@@ -42,7 +42,7 @@ def time_limit_key(p: SearchParams, family: str) -> str:
 # Where and how many trials run at once, never what they compute (issue 28: a search's results do not
 # depend on them), so changing one neither resumes a different search nor makes a result stale.
 # `resources` stays: a trial's CPU count is its torch thread count, which changes the arithmetic.
-PLACEMENT_KEYS = ("max_concurrent", "autoscaling", "max_failures")
+PLACEMENT_KEYS = ("max_concurrent", "autoscaling", "max_failures", "share_datasets")
 
 
 def search_fingerprint(dataset: str, family: str, p: SearchParams, space_file: Path, data_dir: Path,
@@ -76,6 +76,12 @@ class FamilyPlan:
     digest: str  # the fingerprint with the stage's code: a result stamped with it is current
     parent: str = ""
     resumed: bool = False
+    # Its name in the Ray experiment (its units' key, its trials' FAMILY_KEY): the family, or
+    # "<dataset>/<family>" when several datasets share the experiment (pipeline.sweep.datasets).
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        self.key = self.key or self.family
 
 
 def plan_family(root: Path, dataset: str, family: str, p: SearchParams, meta: Any, data_dir: Path) -> FamilyPlan:
@@ -136,7 +142,7 @@ def start_limit(p: SearchParams, plans: list[FamilyPlan]) -> int:
 
 def trial_contexts(root: Path, dataset: str, p: SearchParams, data_dir: Path, exp_id: str,
               plans: list[FamilyPlan], data_provenance: str = "") -> dict[str, TrialContext]:
-    return {plan.family: TrialContext(dataset, plan.family, str(data_dir), p.epochs, p.trial_seed, plan.res.cpu,
+    return {plan.key: TrialContext(dataset, plan.family, str(data_dir), p.epochs, p.trial_seed, plan.res.cpu,
                                       tracking.tracking_uri(root), exp_id, plan.parent, p.time_limit_for(plan.family),
                                       plan.res.gpu, plan.res.workers, time_limit_key(p, plan.family),
                                       min_steps=p.min_steps, data_provenance=data_provenance)

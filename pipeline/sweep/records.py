@@ -245,14 +245,14 @@ def _repeat_record(root: Path, dataset: str, p: SearchParams, meta: Any, plan: F
                    client: tracking.MlflowClient) -> dict[str, Any]:
     """One repeat's search record: its best trial, its study persisted, its ASHA rungs."""
     family, parent = plan.family, plan.parent
-    study_searcher = searcher.study_searcher(family, repeat)
+    study_searcher = searcher.study_searcher(plan.key, repeat)
     states = optuna_states(study_searcher)
     study = _persist(root, dataset, family, p, meta.metric, parent, study_searcher, records, repeat)  # failed too
     if repeat == 0:
         tracking.set_tags(client, parent, {"optuna_states": json.dumps(states, sort_keys=True), **study})
     record = summarise(dataset, family, meta.metric, meta.mode, plan.space, p, records, parent, repeat)
     record.update(optuna_states=states, **study,
-                  asha_rungs={f"{m:g}": n for m, n in sorted(scheduler.of(family, repeat).rung_sizes().items())},
+                  asha_rungs={f"{m:g}": n for m, n in sorted(scheduler.of(plan.key, repeat).rung_sizes().items())},
                   importance=sensitivity.importances(study["optuna_storage"], study["optuna_study"],
                                                      min(p.asha.grace_period, p.epochs), p.sampler_seed + repeat))
     return record

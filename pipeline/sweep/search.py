@@ -1,5 +1,7 @@
 """The `search` stage: the searches of a dataset's families, all at once in one Ray Tune run,
-locally or on a Ray cluster.
+locally or on a Ray cluster; with `search.share_datasets`, the out-of-date families of the
+project's other prepared datasets join the same run (`search_datasets`; a family is then named
+"<dataset>/<family>" inside the run, and is otherwise searched exactly as alone).
 
 Every family keeps its own search (pipeline.sweep.families): its own seeded Optuna study (TPE,
 the paper's reference first), its own ASHA rungs (weak trials stopped early, told to Optuna as
@@ -32,8 +34,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from pipeline.config import SearchParams
 from pipeline.config.limits import MIN_SERIES
@@ -77,23 +80,71 @@ def search_many(root: Path, dataset: str, families: list[str], p: SearchParams, 
     data and code (what `dvc repro` wants when one space file changed). `trial_fn`: what a trial
     process runs (pipeline.sweep.trial.run_trial; benchmarks substitute a timed stand-in).
     """
-    check_name(dataset, "dataset name")
+    return search_datasets(root, [dataset], families, p, fresh, only_stale, trial_fn)[dataset]
+
+
+def search_datasets(root: Path, datasets: list[str], families: list[str], p: SearchParams, fresh: bool = False,
+                    only_stale: bool = False, trial_fn: TrialFn = run_trial,
+                    optional: Sequence[str] = ()) -> dict[str, dict[str, dict[str, Any]]]:
+    """Search every family on every dataset at once, in one Ray Tune run per metric direction
+    (Tune's `mode` is the run's); returns {dataset: {family: record}}. Each (dataset, family)
+    keeps its own study, rungs, MLflow parent run (in its dataset's experiment) and result file,
+    exactly as when its dataset is searched alone: only the cluster's slots are shared.
+
+    `optional`: more datasets to take on when they can be (`search.share_datasets`): one that is
+    busy or fails a check before Ray is left, with one line, to its own `ctsweep search`.
+    """
+    for name in [*datasets, *optional]:
+        check_name(name, "dataset name")
     for family in families:
         check_name(family, "family name")  # before it names a space file, a result file or a Ray experiment
-    if len(set(families)) != len(families):
-        raise ValueError(f"families listed twice: {families}")
+    for kind, names in (("datasets", [*datasets, *optional]), ("families", families)):
+        if len(set(names)) != len(names):
+            raise ValueError(f"{kind} listed twice: {names}")
     with contextlib.ExitStack() as locks:  # one driver per search: a second is refused
-        for family in sorted(families):
-            locks.enter_context(stage_lock(root, "search", dataset, family))
-        return _search(root, dataset, families, p, fresh, only_stale, trial_fn)
+        for name in sorted(datasets):
+            for family in sorted(families):
+                locks.enter_context(stage_lock(root, "search", name, family))
+        parts = [_part(root, name, families, p, only_stale, trial_fn) for name in datasets]
+        for name in optional:
+            try:
+                with contextlib.ExitStack() as own:
+                    for family in sorted(families):
+                        own.enter_context(stage_lock(root, "search", name, family))
+                    part = _part(root, name, families, p, True, trial_fn)
+                    locks.enter_context(own.pop_all())  # held until this search ends
+            except CtsweepError as exc:  # its own stage reports it; this one goes on without it
+                print(f"ctsweep: search: {name} left to `ctsweep search {name}`: {exc}", file=sys.stderr)
+                continue
+            parts.append(part)
+        return _search(root, parts, p, fresh, trial_fn)
 
 
 class SearchFailedError(CtsweepError):
     """Every trial of a search failed where an earlier good result is kept: the stage cannot go on."""
 
 
-def _search(root: Path, dataset: str, families: list[str], p: SearchParams, fresh: bool, only_stale: bool,
-            trial_fn: TrialFn) -> dict[str, dict[str, Any]]:
+@dataclass
+class _Part:
+    """One dataset's share of a search: its data, its families' plans, the ones already current."""
+
+    dataset: str
+    data_dir: Path
+    meta: Any
+    data: Any
+    plans: list[FamilyPlan]
+    done: dict[str, dict[str, Any]]
+    client: Any = None
+    exp_id: str = ""
+
+    @property
+    def todo(self) -> list[FamilyPlan]:
+        return [plan for plan in self.plans if plan.family not in self.done]
+
+
+def _part(root: Path, dataset: str, families: list[str], p: SearchParams, only_stale: bool,
+          trial_fn: TrialFn) -> _Part:
+    """Everything checked about one dataset's searches before Ray starts."""
     data_dir = require(processed_dir(root, dataset), f"ctsweep prepare {dataset}")
     read_lock(raw_lock_path(root), dataset)  # the data's provenance is recorded there: a damaged file is refused
     meta = load_meta(data_dir)
@@ -102,51 +153,80 @@ def _search(root: Path, dataset: str, families: list[str], p: SearchParams, fres
     plans = [plan_family(root, dataset, family, p, meta, data_dir) for family in families]
     done = {plan.family: {**record, "up_to_date": True}  # the flag is for the caller; the file is untouched
             for plan in plans if only_stale and (record := staleness.current_record(plan.out, plan.digest)) is not None}
-    todo = [plan for plan in plans if plan.family not in done]
-    for plan in todo if trial_fn is run_trial else ():  # a limit below one epoch of the reference fails every trial
-        check_time_limit(plan, p, data, dataset)  # (epoch_time.py; a stand-in trial trains nothing to measure)
+    part = _Part(dataset, data_dir, meta, data, plans, done)
+    for plan in part.todo if trial_fn is run_trial else ():  # a limit below one epoch of the reference fails every
+        check_time_limit(plan, p, data, dataset)  # trial (epoch_time.py; a stand-in trial trains nothing to measure)
+    return part
+
+
+def _search(root: Path, parts: list[_Part], p: SearchParams, fresh: bool,
+            trial_fn: TrialFn = run_trial) -> dict[str, dict[str, dict[str, Any]]]:
     storage = check_storage_path(root, p.storage_path)  # the same location storage_location gives, checked
     sensitivity.check_optuna_storage(root, p.optuna_storage)  # opened now: not after the whole search
     if not is_uri(storage):
         check_writable(Path(storage))
-    if not todo:
-        return done
-    uri = tracking.tracking_uri(root)
-    tracking.ensure_store(uri)
-    written: dict[str, Path] = {}  # family -> where its record went, once written and its parent run closed
-    with ray_session(dashboard=any(plan.res.workers > 1 for plan in todo)):
-        check_shared_storage(uri, p.storage_path, "search.storage_path")
-        for plan in todo:
-            check_fits(plan.res, f"search.family_resources.{plan.family}" if plan.family in p.family_resources
-                       else "search.resources", p.autoscaling)
-        client, exp_id = tracking.experiment_id(root, dataset)
-        path, resumed = open_parents(client, exp_id, dataset, todo, storage, fresh)
-        for plan in todo if meta.provenance else ():  # not a tag a resumed search is found by: its fingerprint
-            tracking.set_tags(client, plan.parent, provenance_fields(meta))  # covers meta.json already
-        try:
-            with pending_trials(start_limit(p, todo)):
-                records = _run(root, dataset, p, meta, data_dir, data, client, exp_id, todo, path, resumed, trial_fn)
-            with deferred():  # a signal now waits until every result is written whole and its run closed
-                for plan in todo:
-                    written[plan.family] = _publish(root, client, plan, records[plan.family])
-        except Interrupted as exc:  # SIGINT / SIGTERM: the unwritten results are untouched; resumable
-            with deferred():  # a second Ctrl-C must not leave runs RUNNING half-way through this
-                for plan in todo:
-                    if plan.family not in written:
-                        run_lookup.close_interrupted(client, exp_id, plan.parent, str(exc))
-            raise
-        except BaseException as exc:  # a record could not be written, or a crash: resumable
-            for plan in todo:
-                if plan.family not in written:
-                    tracking.finish(client, plan.parent, exc)
-            raise
-    kept = [plan for plan in todo if written[plan.family] != plan.out]
-    for plan in todo:
-        if records[plan.family]["status"] == "failed" and plan not in kept:
-            _warn_failed(root, plan.out, records[plan.family])
-    if kept:
-        raise SearchFailedError(" ".join(_kept_line(root, plan, records[plan.family]) for plan in kept))
-    return {plan.family: done.get(plan.family) or records[plan.family] for plan in plans}
+    active = [part for part in parts if part.todo]
+    records: dict[tuple[str, str], dict[str, Any]] = {}
+    written: dict[tuple[str, str], Path] = {}  # (dataset, family) -> where its record went, once written and closed
+    if active:
+        uri = tracking.tracking_uri(root)
+        tracking.ensure_store(uri)
+        with ray_session(dashboard=any(plan.res.workers > 1 for part in active for plan in part.todo)):
+            check_shared_storage(uri, p.storage_path, "search.storage_path")
+            for plan in {plan.family: plan for part in active for plan in part.todo}.values():
+                check_fits(plan.res, f"search.family_resources.{plan.family}" if plan.family in p.family_resources
+                           else "search.resources", p.autoscaling)
+            for part in active:
+                part.client, part.exp_id = tracking.experiment_id(root, part.dataset)
+            for mode in sorted({part.meta.mode for part in active}):  # one Tune run per metric direction
+                group = [part for part in active if part.meta.mode == mode]
+                records.update(_search_group(root, group, p, fresh, storage, mode, trial_fn, written))
+    failures = []
+    for part in active:
+        for plan in part.todo:
+            record, out = records[(part.dataset, plan.family)], written[(part.dataset, plan.family)]
+            if out != plan.out:
+                failures.append(_kept_line(root, plan, record))
+            elif record["status"] == "failed":
+                _warn_failed(root, plan.out, record)
+    if failures:
+        raise SearchFailedError(" ".join(failures))
+    return {part.dataset: {plan.family: part.done.get(plan.family) or records[(part.dataset, plan.family)]
+                           for plan in part.plans} for part in parts}
+
+
+def _search_group(root: Path, group: list[_Part], p: SearchParams, fresh: bool, storage: str, mode: str,
+                  trial_fn: TrialFn, written: dict[tuple[str, str], Path]) -> dict[tuple[str, str], dict[str, Any]]:
+    """One Ray Tune run over the stale families of `group`'s datasets (all with this `mode`);
+    writes each record and closes its parent run; returns {(dataset, family): record}."""
+    if len(group) > 1:  # the datasets share the run: a family's units are named for its dataset too
+        for part in group:
+            for plan in part.todo:
+                plan.key = f"{part.dataset}/{plan.family}"
+    client = group[0].client
+    path, resumed = open_parents(client, [(part.exp_id, part.dataset, part.todo) for part in group], storage, fresh)
+    for part in group:
+        for plan in part.todo if part.meta.provenance else ():  # not a tag a resumed search is found by: its
+            tracking.set_tags(client, plan.parent, provenance_fields(part.meta))  # fingerprint covers meta.json
+    cells = [(part, plan) for part in group for plan in part.todo]
+    try:
+        with pending_trials(start_limit(p, [plan for _, plan in cells])):
+            records = _run(root, group, p, mode, path, resumed, trial_fn)
+        with deferred():  # a signal now waits until every result is written whole and its run closed
+            for part, plan in cells:
+                written[(part.dataset, plan.family)] = _publish(root, part.client, plan, records[(part.dataset, plan.family)])
+    except Interrupted as exc:  # SIGINT / SIGTERM: the unwritten results are untouched; resumable
+        with deferred():  # a second Ctrl-C must not leave runs RUNNING half-way through this
+            for part, plan in cells:
+                if (part.dataset, plan.family) not in written:
+                    run_lookup.close_interrupted(part.client, part.exp_id, plan.parent, str(exc))
+        raise
+    except BaseException as exc:  # a record could not be written, or a crash: resumable
+        for part, plan in cells:
+            if (part.dataset, plan.family) not in written:
+                tracking.finish(part.client, plan.parent, exc)
+        raise
+    return records
 
 
 def _publish(root: Path, client: tracking.MlflowClient, plan: FamilyPlan, record: dict[str, Any]) -> Path:
@@ -195,24 +275,30 @@ def _warn_failed(root: Path, out: Path, record: dict[str, Any]) -> None:
           file=sys.stderr)
 
 
-def _run(root: Path, dataset: str, p: SearchParams, meta: Any, data_dir: Path, data: Any,
-         client: tracking.MlflowClient, exp_id: str, plans: list[FamilyPlan], path: str, resumed: bool,
-         trial_fn: TrialFn) -> dict[str, dict[str, Any]]:
-    for plan in plans:
-        if not plan.resumed:
-            tracking.log_params(client, plan.parent, {"search." + k: v for k, v in p.model_dump().items()})
-    contexts = trial_contexts(root, dataset, p, data_dir, exp_id, plans, meta.provenance)
+def _run(root: Path, group: list[_Part], p: SearchParams, mode: str, path: str, resumed: bool,
+         trial_fn: TrialFn) -> dict[tuple[str, str], dict[str, Any]]:
+    contexts, plans = {}, []
+    for part in group:
+        for plan in part.todo:
+            if not plan.resumed:
+                tracking.log_params(part.client, plan.parent, {"search." + k: v for k, v in p.model_dump().items()})
+        contexts.update(trial_contexts(root, part.dataset, p, part.data_dir, part.exp_id, part.todo,
+                                       part.meta.provenance))
+        plans += part.todo
+    # Shipped once through Ray's object store: one dataset as it always was, or {dataset: Dataset}.
+    data = group[0].data if len(group) == 1 else {part.dataset: part.data for part in group}
     with graceful_tune() as interrupt:  # from here a signal stops Tune gracefully; checked below
         if resumed:
             tuner = restored_tuner(path, contexts, data, plans, trial_fn)
         else:
             storage, name = path.rsplit("/", 1)
-            tuner = new_tuner(plans, contexts, data, p, meta.mode, storage, name, trial_fn)
+            tuner = new_tuner(plans, contexts, data, p, mode, storage, name, trial_fn)
         grid = tuner.fit()
     if interrupt.signum is not None:  # Tune stopped early and saved its state: a partial search, not a result
         raise Interrupted(interrupt.signum)
     searcher, scheduler = searcher_of(tuner), scheduler_of(tuner)  # the ones that ran
     results = list(grid)
-    return {plan.family: family_record(root, dataset, p, meta, plan, client, exp_id, path, searcher, scheduler,
-                                        [r for r in results if r.config and family_of(r.config) == plan.family])
-            for plan in plans}
+    return {(part.dataset, plan.family): family_record(
+                root, part.dataset, p, part.meta, plan, part.client, part.exp_id, path, searcher, scheduler,
+                [r for r in results if r.config and family_of(r.config) == plan.key])
+            for part in group for plan in part.todo}

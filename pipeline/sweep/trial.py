@@ -21,6 +21,7 @@ import socket
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import ray
@@ -146,11 +147,13 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
         raise
 
 
-def run_family_trial(config: dict[str, Any], contexts: dict[str, TrialContext], data: Dataset,
+def run_family_trial(config: dict[str, Any], contexts: dict[str, TrialContext], data: Dataset | Mapping[str, Dataset],
                      trial_fn: Callable[[dict[str, Any], TrialContext, Dataset], None] = run_trial) -> None:
-    """The trainable of a multi-family search (pipeline.sweep.families): the trial's family picks
-    its context, to which the trial's Optuna number and repeat are added (repeat r trains with the
-    family's trial seed + r); the trial itself sees only its own family's configuration."""
+    """The trainable of a multi-family search (pipeline.sweep.families): the trial's family (or
+    "<dataset>/<family>" when datasets share the run) picks its context, to which the trial's
+    Optuna number and repeat are added (repeat r trains with the family's trial seed + r); the
+    trial itself sees only its own family's configuration and its own dataset (`data` is
+    {dataset: Dataset} when several share the run)."""
     base, repeat = contexts[family_of(config)], repeat_of(config)
     ctx = dataclasses.replace(base, trial_number=trial_number_of(config), repeat=repeat, seed=base.seed + repeat)
-    trial_fn(without_family(config), ctx, data)
+    trial_fn(without_family(config), ctx, data[ctx.dataset] if isinstance(data, Mapping) else data)

@@ -31,7 +31,7 @@ def _resources(res: Resources) -> dict[str, float]:
 
 def trainable(contexts: dict[str, TrialContext], data: Any, plans: list[FamilyPlan], trial_fn: TrialFn) -> Any:
     """One trainable for every family: the trial's family picks its context and its resources."""
-    own = {plan.family: resource_dict_to_pg_factory(_resources(plan.res)) for plan in plans}
+    own = {plan.key: resource_dict_to_pg_factory(_resources(plan.res)) for plan in plans}
     return tune.with_resources(tune.with_parameters(run_family_trial, contexts=contexts, data=data, trial_fn=trial_fn),
                                lambda config: own[family_of(config)])
 
@@ -45,9 +45,9 @@ def new_tuner(plans: list[FamilyPlan], contexts: dict[str, TrialContext], data: 
                storage: str, name: str, trial_fn: TrialFn) -> tune.Tuner:
     searchers, schedulers = {}, {}
     for plan in plans:
-        ctx = contexts[plan.family]
+        ctx = contexts[plan.key]
         for repeat in range(p.repeats):
-            unit = (plan.family, repeat)
+            unit = (plan.key, repeat)
             searchers[unit] = make_searcher(plan.space.define_by_run(), plan.space.reference_for(ctx.dataset),
                                             METRIC, mode, unit_seeds(p, repeat)[0], p.n_startup_trials, p.epochs)
             schedulers[unit] = ResumableASHA(  # metric, mode: from Tune

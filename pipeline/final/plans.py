@@ -1,0 +1,190 @@
+"""What the final stage checks and plans before Ray starts, per dataset and family: the searched
+record it trains from, the protocol and causality checks, the time limit against one searched
+epoch, the MLflow parent run (opened, or found again and resumed) and the seed jobs still to train.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import FinalParams
+from pipeline.config.protocol import dataset_problem
+from pipeline.data.contract import Dataset, load_dataset
+from pipeline.data.provenance import provenance_fields
+from pipeline.errors import ConfigError
+from pipeline.final import resume as final_resume
+from pipeline.final.repeats import searched_repeats
+from pipeline.final.seeds import SeedJob
+from pipeline.models import get_model_class
+from pipeline.models.base import later_steps_problem
+from pipeline.spaces import split_config
+from pipeline.stores import staleness, tracking
+from pipeline.stores.files import check_writable, write_json
+from pipeline.stores.paths import final_result_path, processed_dir, require, search_result_path
+from pipeline.stores.schema import SEARCH_FOR_FINAL, read_record
+
+
+def _check_protocol(config: dict[str, Any], meta: Any, epochs: int, dataset: str, family: str) -> None:
+    """The searched training protocol must work at the final budget too (a step epoch within it)."""
+    for key, value in config.items():
+        problem = dataset_problem(key, [value], meta.task, bool(meta.vocab_size), epochs)
+        if problem:
+            raise ConfigError(f"results/{dataset}/search/{family}.json: best_config `{key}` {problem} "
+                              f"(the final stage trains {family} for {epochs} epochs: params.yaml "
+                              f"`final.epochs` or `final.family_epochs`)")
+
+
+def _check_causal(config: dict[str, Any], meta: Any, dataset: str, family: str) -> None:
+    """On a per-step dataset the searched configuration reads no later step where the family has a
+    causal variant (a search from before issue 30 may still hold one that does): refuse it before Ray."""
+    problem = later_steps_problem(get_model_class(family), split_config(config)[1]) if meta.per_step else None
+    if problem:
+        raise ConfigError(f"results/{dataset}/search/{family}.json: best_config reads later steps on per-step "
+                          f"dataset {dataset} ({problem}); rerun `ctsweep search {dataset} {family}`, which "
+                          f"searches that variant")
+
+
+@dataclass
+class Plan:
+    """One family's final evaluation: checked, its parent run open, its seeds to train."""
+
+    family: str
+    p: FinalParams
+    searched: dict[str, Any]
+    parent: str
+    resumed: bool
+    jobs: list[SeedJob]
+    kept: dict[tuple[int, str, int], dict[str, Any]]
+    digest: str
+
+    @property
+    def todo(self) -> list[SeedJob]:
+        return [j for j in self.jobs if final_resume.seed_key(j.seed, j.lr_factor, j.repeat) not in self.kept]
+
+
+class Inputs:
+    """The dataset and the MLflow experiment, opened once and only when a family needs them."""
+
+    def __init__(self, root: Path, dataset: str) -> None:
+        self.root, self.dataset = root, dataset
+        self.dir = require(processed_dir(root, dataset), f"ctsweep prepare {dataset}")
+        self._data: Dataset | None = None
+        self._experiment: tuple[tracking.MlflowClient, str] | None = None
+
+    @property
+    def data(self) -> Dataset:
+        if self._data is None:
+            self._data = load_dataset(self.dir)  # a corrupt split fails now, before Ray and MLflow
+        return self._data
+
+    @property
+    def experiment(self) -> tuple[tracking.MlflowClient, str]:
+        if self._experiment is None:
+            self._experiment = tracking.experiment_id(self.root, self.dataset)
+        return self._experiment
+
+
+@dataclass
+class Part:
+    """One dataset's share of the stage: its inputs, its families' plans, their records (those
+    with nothing to train at once, the others once trained)."""
+
+    inputs: Inputs
+    plans: list[Plan]
+    records: dict[str, dict[str, Any]]
+
+
+def dataset_part(root: Path, dataset: str, families: list[str], p: FinalParams, only_stale: bool) -> Part:
+    """Everything checked about one dataset's final evaluations before Ray starts."""
+    inputs = Inputs(root, dataset)
+    part = Part(inputs, [], {})
+    for family in families:
+        outcome = family_plan(inputs, family, p.for_family(family), only_stale)
+        if isinstance(outcome, Plan):
+            part.plans.append(outcome)
+        else:
+            part.records[family] = outcome
+    return part
+
+
+def family_plan(inputs: Inputs, family: str, p: FinalParams, only_stale: bool) -> Plan | dict[str, Any]:
+    """The family's plan, or its record when there is nothing to train (failed search, current result)."""
+    root, dataset = inputs.root, inputs.dataset
+    producer = f"ctsweep search {dataset} {family}"
+    searched = read_record(require(search_result_path(root, dataset, family), producer), producer, SEARCH_FOR_FINAL)
+    if searched.get("status") == "failed":  # nothing to evaluate: say so, and let the other families go on
+        return _skip_failed(root, dataset, family, searched)
+    repeats = searched_repeats(searched)
+    for trial_seed in [searched["trial_seed"], *(r["trial_seed"] for r in searched.get("repeats", []))]:
+        if trial_seed in p.seeds:
+            raise ConfigError(f"params.yaml: key `final.seeds`: {p.seeds} includes the search seed "
+                              f"{trial_seed}; final seeds must be fresh")
+    out = final_result_path(root, dataset, family)
+    check_writable(out.parent)
+    fp = final_resume.fingerprint(dataset, family, searched, p, inputs.dir)
+    digest = staleness.inputs_digest(fp, staleness.code_digest(staleness.FINAL_CODE))
+    if only_stale and (current := staleness.current_record(out, digest)) is not None:
+        return {**current, "up_to_date": True}  # the flag is for the caller; the file is untouched
+    for _, config in repeats:
+        _check_protocol(config, inputs.data.meta, p.epochs, dataset, family)
+        _check_causal(config, inputs.data.meta, dataset, family)
+    client, exp_id = inputs.experiment
+    _check_time_limit(client, searched, p, dataset, family)
+    parent, resumed = final_resume.open_parent(
+        client, exp_id, dataset, family, fp,
+        {**searched["best_config"], "seeds": p.seeds, "epochs": p.epochs, "final_patience": p.patience,
+         "time_limit_s": p.time_limit_s, "lr_factors": p.lr_factors})
+    if inputs.data.meta.provenance:  # not a tag a resumed stage is found by: its fingerprint covers meta.json
+        tracking.set_tags(client, parent, provenance_fields(inputs.data.meta))
+    res = p.resources_for(family)
+    # Robustness reruns (lr factors) train the first repeat's configuration only.
+    jobs = [SeedJob(dataset, family, str(inputs.dir), scaled_lr(config, factor), s, p.epochs, res.cpu, res.gpu,
+                    tracking.tracking_uri(root), exp_id, parent, factor, p.patience, p.time_limit_s, repeat,
+                    p.min_steps, p.validation, inputs.data.meta.provenance)
+            for i, (repeat, config) in enumerate(repeats)
+            for factor in ((1.0, *p.lr_factors) if i == 0 else (1.0,)) for s in p.seeds]
+    kept = final_resume.finished_seeds(client, exp_id, parent) if resumed else {}
+    return Plan(family, p, searched, parent, resumed, jobs, kept, digest)
+
+
+def _skip_failed(root: Path, dataset: str, family: str, searched: dict[str, Any]) -> dict[str, Any]:
+    """The record of a family whose every search trial failed: no seeds, its reasons, exit 0."""
+    record = {"status": "failed", "dataset": dataset, "family": family, "metric": searched["metric"],
+              "mode": searched["mode"], "n_trials": searched["n_trials"], "n_failed": searched["n_failed"],
+              "errors": searched.get("errors", []), "reason": "every search trial failed"}
+    write_json(final_result_path(root, dataset, family), record)
+    reasons = "; ".join(record["errors"][:3]) or "no reason recorded"
+    print(f"ctsweep: warning: {dataset}/{family}: every search trial failed ({reasons}); nothing to evaluate, "
+          f"recorded as failed in {final_result_path(root, dataset, family).relative_to(root)}", file=sys.stderr)
+    return record
+
+
+def _measured_epoch_s(client: tracking.MlflowClient, searched: dict[str, Any]) -> float | None:
+    """The median training seconds per epoch of the search trial that found the best configuration."""
+    best = [t for t in searched.get("trials", []) if t.get("config") == searched["best_config"]
+            and t.get("mlflow_run_id")]
+    if not best:
+        return None
+    seconds = [m.value for m in client.get_metric_history(best[0]["mlflow_run_id"], "epoch_seconds")]
+    return statistics.median(seconds) if seconds else None
+
+
+def _check_time_limit(client: tracking.MlflowClient, searched: dict[str, Any], p: FinalParams, dataset: str,
+                      family: str) -> None:
+    """A cap below one epoch would stop every seed before it trained: refuse it before Ray starts."""
+    if p.time_limit_s is None:
+        return
+    epoch_s = _measured_epoch_s(client, searched)
+    if epoch_s is not None and p.time_limit_s < epoch_s:
+        raise ConfigError(f"params.yaml: key `final.time_limit_s`: {p.time_limit_s:g} s is below one epoch of "
+                          f"{dataset}/{family} as its search measured it ({epoch_s:.3g} s); allowed: at least "
+                          f"{epoch_s:.3g}, or null for no cap")
+
+
+def scaled_lr(config: dict[str, Any], factor: float) -> dict[str, Any]:
+    """`config` with its learning rate multiplied by `factor` (every search space searches `lr`)."""
+    return config if factor == 1.0 else {**config, "lr": config["lr"] * factor}
