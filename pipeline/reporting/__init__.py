@@ -1,6 +1,8 @@
 """The report and what reads it: the `report` stage (results.md, metrics.json, plot data and PNGs)
 built from the final and search records, its Markdown tables, plots, statistics (Welch's t-test,
-ranking stability), the papers' reference figures, the provenance stamp, the marks that say
+ranking stability), the comparison across datasets (mean ranks, Wilcoxon-Holm, the critical-difference
+diagram: cross_dataset.py, cross_tables.py, cross_plots.py), the papers' reference figures and the
+best published results on UEA/UCR datasets, the provenance stamp, the marks that say
 which cells of a results table cannot be trusted (not converged, best configuration at the edge
 of its space, mostly failed searches, failed cells) and `ctsweep status`, which reads those
 marks back from reports/metrics.json, and `ctsweep compare`, which names the first difference

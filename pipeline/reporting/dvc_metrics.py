@@ -29,6 +29,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipeline.reporting.status import datasets
 from pipeline.stores.files import write_json
 
 FOLDER = "metrics"  # under reports/: dvc.yaml declares reports/metrics as the report stage's metrics
@@ -53,13 +54,14 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def cell_files(metrics: dict[str, dict[str, dict[str, Any]]]) -> dict[Path, dict[str, int | float]]:
-    """{path relative to reports/: the cell's numbers} for every cell of a metrics.json content."""
+def cell_files(metrics: dict[str, Any]) -> dict[Path, dict[str, int | float]]:
+    """{path relative to reports/: the cell's numbers} for every cell of a metrics.json content
+    (its comparison across datasets is no cell: it stays in metrics.json and results.md)."""
     return {Path(FOLDER) / dataset / f"{family}.json": cell_metrics(cell)
-            for dataset, cells in metrics.items() for family, cell in cells.items()}
+            for dataset, cells in datasets(metrics).items() for family, cell in cells.items()}
 
 
-def write_cells(folder: Path, metrics: dict[str, dict[str, dict[str, Any]]]) -> set[Path]:
+def write_cells(folder: Path, metrics: dict[str, Any]) -> set[Path]:
     """Write every cell's file under `folder` (reports/, or the report's staging folder); returns
     their paths relative to it."""
     files = cell_files(metrics)

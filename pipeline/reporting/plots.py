@@ -6,6 +6,7 @@ the Vega-Lite templates `dvc plots show` draws the same data with.
                            search trial (dots) and the final reruns at lr x factors (mean ± std)
     <dataset>_test.png     test mean ± std per family, the best family highlighted, paper figures
                            as black diamonds where a source reports one
+    cross_dataset_cd.png   mean ranks across datasets (pipeline.reporting.cross_plots)
 
 DVC's built-in templates colour by revision only, so a family (a value in a column of the
 long-format CSVs of pipeline.reporting.report) could not get its own colour; the two templates
@@ -34,7 +35,8 @@ SCALE = {"accuracy": 100.0}  # accuracy drawn in %, as the papers print it
 CHARS_PER_INCH = 10  # a title wraps past about this many characters per inch of figure width
 
 
-def _save(fig: Any, path: Path) -> None:
+def save_figure(fig: Any, path: Path) -> None:
+    """Write `fig` as a PNG at `path` and close it (pipeline.reporting.cross_plots draws with it too)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # tight: the saved area grows to hold whatever lies outside the axes (a long title, a legend
     # beside the plot) instead of cutting it off
@@ -46,7 +48,7 @@ def _label(metric: str) -> str:
     return f"{metric} (%)" if metric in SCALE else metric
 
 
-def _title(head: str, tail: str, inches: float) -> str:
+def fitted_title(head: str, tail: str, inches: float) -> str:
     """"head: tail" on one line where it fits `inches`, else head and tail on lines of their own
     (each wrapped if still too long): a long dataset or family name would run off the figure."""
     width = max(20, int(CHARS_PER_INCH * inches))
@@ -91,11 +93,11 @@ def plot_curves(path: Path, dataset: str, finals: dict[str, dict[str, Any]], met
         # a marker per epoch on short runs; on long ones they would hide the lines
         ax.plot(xs, mean, marker="o" if longest <= 25 else None, markersize=4, label=family)
         ax.fill_between(xs, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], alpha=0.15)
-    ax.set(title=_title(dataset, "learning curves (mean ± std over seeds)", 6.5), xlabel="epoch",
+    ax.set(title=fitted_title(dataset, "learning curves (mean ± std over seeds)", 6.5), xlabel="epoch",
            ylabel=f"validation {_label(metric)}")
     ax.xaxis.set_major_locator(ticker.MaxNLocator(nbins=8, steps=[1, 2, 5, 10], integer=True))
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside, not over, the lines
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_lr(path: Path, dataset: str, trials: list[dict[str, Any]], finals: dict[str, dict[str, Any]],
@@ -117,15 +119,15 @@ def plot_lr(path: Path, dataset: str, trials: list[dict[str, Any]], finals: dict
         lrs, means, stds = zip(*reruns)
         ax.errorbar(lrs, [k * m for m in means], yerr=[k * s for s in stds], marker="o", capsize=3,
                     color="tab:blue", label="final seeds (mean ± std)")
-        ax.set(title=_title(family, "", 4), xlabel="learning rate")
+        ax.set(title=fitted_title(family, "", 4), xlabel="learning rate")
         _log_lr_axis(ax, [*lrs, *(p[0] for p in pts)])
     for ax in axes.flat[len(families):]:
         ax.axis("off")
     for ax in axes[:, 0]:
         ax.set_ylabel(f"validation {_label(metric)}")
     axes.flat[0].legend(fontsize=7)
-    fig.suptitle(_title(dataset, "validation metric against learning rate", 4 * cols))
-    _save(fig, path)
+    fig.suptitle(fitted_title(dataset, "validation metric against learning rate", 4 * cols))
+    save_figure(fig, path)
 
 
 def plot_test_bars(path: Path, dataset: str, finals: dict[str, dict[str, Any]], best: str, metric: str,
@@ -143,8 +145,8 @@ def plot_test_bars(path: Path, dataset: str, finals: dict[str, dict[str, Any]], 
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # not over a bar
     ax.set_yticks(list(ys), [f"{f} (best)" if f == best else f for f in families])
     ax.invert_yaxis()
-    ax.set(title=_title(dataset, f"test {metric}, mean ± std over seeds", 6.5), xlabel=f"test {_label(metric)}")
-    _save(fig, path)
+    ax.set(title=fitted_title(dataset, f"test {metric}, mean ± std over seeds", 6.5), xlabel=f"test {_label(metric)}")
+    save_figure(fig, path)
 
 
 # --- `dvc plots show` ---------------------------------------------------------------------------

@@ -10,6 +10,10 @@
          other_model: "which model it is" (optional: another model under the family's name, never compared)}
     other_tasks:        # same dataset, a different task: kept for the record, never compared
       - {the same keys, and task: "what the paper's task is"}
+    published_best:     # the best published test accuracy of a UEA/UCR archive dataset, any model
+      <archive name, e.g. GunPoint>: {value, unit: fraction | percent, model: "ROCKET", source: <key>,
+         where: "Table 3" or "the file it was read in", split: official | resamples,
+         selection: "how the model was selected", selected_on_test: false, note: "..." (optional)}
 
 Values are kept as the paper prints them and converted only when compared:
 `as_fraction()` = printed x UNIT_SCALE[unit] (accuracy / AUROC in [0, 1], MSE in data units).
@@ -108,16 +112,54 @@ class OtherTaskFigure(Figure):
     task: str = Field(min_length=1)
 
 
+class PublishedBest(_Strict):
+    """The best test accuracy published for a UEA/UCR archive dataset, whatever the model: the
+    report sets it beside our best family where we run the archive's own split, unchanged."""
+
+    value: float
+    unit: Literal["fraction", "percent"]  # the archive's datasets are all scored by accuracy
+    model: str = Field(min_length=1)
+    source: str
+    where: str = Field(min_length=1)  # a table of the source, or the results file it was read in
+    split: Literal["official", "resamples"]  # the archive's train/test split, or a mean over resamples of it
+    selection: str = Field(min_length=1)  # how the source chose the model it reports
+    selected_on_test: bool  # the source chose it by test accuracy: an optimistic figure
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _in_range(self) -> "PublishedBest":
+        if not 0.0 <= self.as_fraction() <= 1.0:
+            raise ValueError(f"value {self.value} in unit {self.unit!r} is {self.as_fraction():g} as a fraction; "
+                             "an accuracy must lie in [0, 1] (0-100 for percent)")
+        return self
+
+    def as_fraction(self) -> float:
+        """The accuracy in [0, 1], the pipeline's scale."""
+        return self.value * UNIT_SCALE[self.unit]
+
+
 class References(_Strict):
     sources: dict[str, Source]
     figures: list[Figure]
     other_tasks: list[OtherTaskFigure] = []
+    published_best: dict[str, PublishedBest] = {}  # UEA/UCR archive name -> its best published result
+
+    @field_validator("published_best", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: Any) -> Any:
+        return {} if value is None else value  # `published_best:` with every entry commented out
 
     @model_validator(mode="after")
     def _sources_and_tables(self) -> "References":
         for key, figures in (("figures", self.figures), ("other_tasks", self.other_tasks)):
             for i, f in enumerate(figures):
                 _check_source(f, f"{key}.{i}", self.sources)
+        for name, best in self.published_best.items():
+            # no check of `where` against the source's tables: a published best is often read in a
+            # results file of the source's repository rather than in one of its tables
+            if best.source not in self.sources:
+                raise ValueError(f"published_best.{name}.source {best.source!r} is not a key of `sources` "
+                                 f"(defined: {sorted(self.sources)})")
         return self
 
     def for_pair(self, dataset: str, family: str) -> list[Figure]:

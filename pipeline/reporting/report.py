@@ -22,6 +22,11 @@
                                    (final only), lr, validation <metric>              (DVC plots)
     reports/bars/<dataset>.csv     test mean ± std per family                        (DVC plots)
     reports/plots/*.png            the same as pictures (pipeline.reporting.plots)
+    with two or more datasets      results.md's "Across datasets" section: mean ranks, win / tie / loss
+                                   against the best, Wilcoxon-Holm p-values (pipeline.reporting.cross_dataset),
+                                   reports/plots/cross_dataset_cd.png, and metrics.json's "_across_datasets"
+                                   (a key no dataset can have); reports/ranks.csv (family, mean_rank; DVC plots)
+                                   is always written, only its header when nothing is compared
     .dvc/plots/ctsweep_*.json      the templates dvc.yaml draws curves and lr with, colour by family
                                    (pipeline.reporting.plots.DVC_TEMPLATES; only in a DVC project)
 
@@ -52,7 +57,9 @@ from mlflow.exceptions import MlflowException
 from pipeline.stores import tracking
 from pipeline.stores.files import write_json, write_text
 from pipeline.stores.paths import reports_dir
-from pipeline.reporting import html_report, plots
+from pipeline.reporting import cross_dataset, cross_plots, html_report, plots
+from pipeline.reporting.cross_dataset import Comparison, Refusal
+from pipeline.reporting.cross_tables import across_lines, published_lines
 from pipeline.reporting.dvc_metrics import drop_stale, write_cells
 from pipeline.reporting.marks import Mark, cell_marks, is_failed
 from pipeline.reporting.provenance import data_notes, stamp
@@ -188,10 +195,11 @@ def _write_dataset(out: Path, dataset: str, results: dict[str, dict[str, Any]],
 
 def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dict[str, dict[str, dict[str, Any]]],
                      marks: dict[str, dict[str, list[Mark]]], refs: References, provenance: dict[str, Any],
-                     images: str = "plots/") -> str:
+                     images: str = "plots/", across: Comparison | Refusal | None = None) -> str:
     """results.md. A failed family shows as "failed" in its table with its reasons beneath; the
     plots, statistics, robustness and importance sections cover the families that have scores.
-    images: the folder the PNGs are linked in, relative to the report ("" for MLflow's copy)."""
+    images: the folder the PNGs are linked in, relative to the report ("" for MLflow's copy);
+    across: the comparison across datasets (pipeline.reporting.cross_dataset.compare)."""
     commit = provenance["commit"]
     lines = ["# Results", "",
              f"Produced by `ctsweep report` at git commit `{commit[:12]}{commit[40:]}` (full provenance at the end).",
@@ -201,9 +209,10 @@ def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dic
              "a family's name (†, ‡, §, ¶) say where a result cannot be trusted; the footnotes under each table",
              "say why.", ""]
     cited: dict[str, int] = {}
+    bests: dict[str, str | None] = {}
     for dataset, results in finals.items():
         ok, _ = split(results)
-        best = best_family(ok)
+        best = bests[dataset] = best_family(ok)
         lines += results_table(dataset, results, best, refs, cited, marks[dataset])
         lines += data_lines(provenance.get("data", {}).get(dataset))
         if best is None:
@@ -212,6 +221,9 @@ def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dic
                   f"![{dataset} learning rate]({images}{dataset}_lr.png)", ""]
         lines += robustness_lines(ok, ok[best]["mode"], ok[best]["metric"])
         lines += sensitivity_lines(searches[dataset])
+    lines += across_lines(across, images)
+    lines += published_lines(finals, bests, provenance["params"].get("prepare", {}), refs, cited,
+                             heading="###" if across is not None else "##")
     lines += references_lines(refs, cited)
     lines += provenance_lines(provenance)
     return "\n".join(lines)
@@ -271,6 +283,9 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
     searches = {d: {f: read_search(root, d, f) for f in split(finals[d])[0]} for d in datasets}
     marks = {d: {f: cell_marks(r, searches[d].get(f)) for f, r in res.items()} for d, res in finals.items()}
     refs = load_references(root)
+    across = cross_dataset.compare(finals, cross_dataset.dataset_tasks(root, datasets))
+    if isinstance(across, Refusal) and across.warn:  # once here: results_markdown runs twice
+        print(f"ctsweep: warning: {across.line}", file=sys.stderr)
     out = reports_dir(root)
     metrics, pngs = {}, {}
     with staged(out) as stage:  # every file of the report replaced together, or none of them
@@ -280,15 +295,19 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
             metrics[dataset] = _metrics(results, best, marks[dataset])
             written = _write_dataset(stage, dataset, ok, searches[dataset], best, refs) if best is not None else []
             pngs[dataset] = [out / p.relative_to(stage) for p in written]
-        write_text(stage / "results.md", results_markdown(finals, searches, marks, refs, provenance))
+        if across is not None:  # after the datasets, under a key no dataset can have
+            metrics[cross_dataset.METRICS_KEY] = cross_dataset.as_json(across)
+        drawn = [out / p.relative_to(stage) for p in cross_plots.write_outputs(stage, across)]
+        write_text(stage / "results.md", results_markdown(finals, searches, marks, refs, provenance, across=across))
         write_json(stage / "metrics.json", metrics)
         cells = write_cells(stage, metrics)
     drop_stale(out, cells)
+    cross_plots.drop_stale(out, across)
     for dataset in (d for d, files in pngs.items() if not files):
         _drop_plots(out, dataset)
     plots.write_dvc_templates(root)
-    log_to_mlflow(root, finals, results_markdown(finals, searches, marks, refs, provenance, images=""),
-                  [p for files in pngs.values() for p in files])
+    log_to_mlflow(root, finals, results_markdown(finals, searches, marks, refs, provenance, images="", across=across),
+                  [p for files in pngs.values() for p in files] + drawn)
     return metrics
 
 

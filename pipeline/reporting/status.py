@@ -5,7 +5,8 @@
 
 The exit status says whether the pipeline produced a result for every cell: 1 when a cell
 failed, 0 otherwise (marks alone are warnings). metrics.json files written before cells had a
-status count as ok and unmarked.
+status count as ok and unmarked. Its ACROSS_DATASETS entry (the comparison across datasets,
+pipeline.reporting.cross_dataset) is no dataset: every reader of the cells skips it (`datasets`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ from pipeline.reporting.marks import FAILED, NOT_CONVERGED
 from pipeline.stores.schema import ListOf, MapOf, OneOf, read_record
 
 PRODUCER = "ctsweep report"
-METRICS_SPEC = MapOf(MapOf({"status?": OneOf("ok", "failed"), "marks?": ListOf({"mark": str, "detail": str})}))
+# metrics.json's entry for the comparison across datasets. A dataset name starts with a letter
+# (pipeline.names), so a key starting with "_" can never be a dataset's.
+ACROSS_DATASETS = "_across_datasets"
+METRICS_SPEC = {f"{ACROSS_DATASETS}?": dict,
+                "*": MapOf({"status?": OneOf("ok", "failed"), "marks?": ListOf({"mark": str, "detail": str})})}
+
+
+def datasets(metrics: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """metrics.json's datasets (dataset -> family -> cell), without the ACROSS_DATASETS entry."""
+    return {d: fams for d, fams in metrics.items() if d != ACROSS_DATASETS}
 
 
 @dataclass(frozen=True)
@@ -39,13 +49,13 @@ class Cell:
         return any(m == mark for m, _ in self.marks)
 
 
-def cells(metrics: dict[str, dict[str, dict[str, Any]]]) -> list[Cell]:
+def cells(metrics: dict[str, Any]) -> list[Cell]:
     """Every cell of a metrics.json content, in its order."""
     return [Cell(d, f, c.get("status") == "failed", tuple((m["mark"], m["detail"]) for m in c.get("marks", [])))
-            for d, fams in metrics.items() for f, c in fams.items()]
+            for d, fams in datasets(metrics).items() for f, c in fams.items()]
 
 
-def read_metrics(root: Path) -> dict[str, dict[str, dict[str, Any]]]:
+def read_metrics(root: Path) -> dict[str, Any]:
     """reports/metrics.json, checked; missing or corrupt: one-line errors naming `ctsweep report`."""
     return read_record(require(reports_dir(root) / "metrics.json", PRODUCER), PRODUCER, METRICS_SPEC)
 

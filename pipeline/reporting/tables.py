@@ -187,9 +187,11 @@ def sensitivity_lines(searches: dict[str, dict[str, Any]]) -> list[str]:
 def references_lines(refs: References, cited: dict[str, int]) -> list[str]:
     if not cited:
         return []
+    any_model = any(b.source in cited for b in refs.published_best.values())
     lines = ["## Paper figures", "",
              "Reported by the source papers for the same dataset and model, read from `references.yaml`; "
-             "their training budgets differ from this profile's (notes below).", ""]
+             "their training budgets differ from this profile's (notes below)."
+             + (" A published best is any model's." if any_model else ""), ""]
     for key, number in sorted(cited.items(), key=lambda kv: kv[1]):
         src = refs.sources[key]
         lines.append(f"[{number}] {src.citation}" + (f" <{src.url}>" if src.url else ""))
@@ -197,6 +199,9 @@ def references_lines(refs: References, cited: dict[str, int]) -> list[str]:
             if f.source == key:
                 note = f"; {f.note}" if f.note else ""
                 lines.append(f"  - {f.dataset} / {f.family}: {f.where}{note}")
+        for name, best in refs.published_best.items():
+            if best.source == key:
+                lines.append(f"  - published best on {name} ({best.model}): {best.where}; selected: {best.selection}")
     return lines + [""]
 
 
