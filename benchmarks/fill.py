@@ -1,6 +1,7 @@
 """Cluster-fill benchmark: how much of a 32-slot Ray cluster the search driver keeps busy.
 
     .venv/bin/python -m benchmarks.fill [--quick] [--out DIR] [--modes before,after] [--keep]
+    .venv/bin/python -m benchmarks.fill --modes datasets-serial,datasets-shared   # several datasets
 
 A local Ray head declares 32 logical CPUs (trials ask `cpu: 1`: 32 trial slots) on whatever
 machine this runs on. Trials do not train: `synthetic_trial` does what `pipeline.sweep.trial.
@@ -10,6 +11,9 @@ sweep goes through the real driver, two ways, with the same workload and seeds:
 
 - before: `search()` per family, one after another (what `dvc repro` ran before concurrent searches);
 - after:  one `search_many()` over every family (one Ray Tune run holding all the searches).
+
+Over several datasets (benchmarks/fill_datasets.py): datasets-serial, `search_many()` per dataset,
+one after another; datasets-shared, one `search_datasets()` over every dataset at once.
 
 Each trial writes its busy interval (entry and exit of the trial function, wall clock) to a
 file the driver reads afterwards. Fill = summed busy time / (slots x wall), wall from the first
@@ -135,7 +139,9 @@ def score(config: dict[str, Any], epoch: int, best_lr: float, noise: float) -> f
 def synthetic_trial(config: dict[str, Any], ctx: Any, data: Any) -> None:
     """A search trial without training (the `trial_fn` of `search`/`search_many`): its MLflow run,
     then per epoch a sleep, the metric logged, a report with a checkpoint; its busy interval
-    goes to <root>/busy/ as it exits, however it exits (ASHA's stop ends it inside the report)."""
+    goes to <root>/busy/ as it exits, however it exits (ASHA's stop ends it inside the report).
+    Sleeps and scores are keyed by family and config, never by `ctx.dataset`: searched on several
+    datasets (benchmarks/fill_datasets.py), each dataset's family gets the same figures."""
     from ray import tune
 
     from pipeline.stores import tracking
@@ -170,7 +176,8 @@ def synthetic_trial(config: dict[str, Any], ctx: Any, data: Any) -> None:
             finally:
                 reporting += time.time() - before
     finally:
-        record = {"trial_id": trial_id, "family": ctx.family, "pid": os.getpid(), "start": start, "end": time.time(),
+        record = {"trial_id": trial_id, "dataset": ctx.dataset, "family": ctx.family, "pid": os.getpid(),
+                  "start": start, "end": time.time(),
                   "epochs": epoch, "slept_s": slept, "report_s": reporting, "mlflow_s": tracked}
         out = root / BUSY_DIR / f"{trial_id}-{os.getpid()}-{int(start * 1e6)}.json"
         out.parent.mkdir(exist_ok=True)
@@ -180,9 +187,10 @@ def synthetic_trial(config: dict[str, Any], ctx: Any, data: Any) -> None:
 # ---------------------------------------------------------------------------- the driver
 
 
-def new_project(work: Path, label: str, workload: Workload) -> Path:
-    """A project root: the repository's search spaces and params.yaml, a tiny XOR dataset and
-    the workload file the trials read."""
+def new_project(work: Path, label: str, workload: Workload, datasets: tuple[str, ...] = (DATASET,)) -> Path:
+    """A project root: the repository's search spaces and params.yaml, a tiny XOR dataset per
+    name of `datasets` (all alike) and the workload file the trials read (keyed by family only:
+    every dataset's trials of a family sleep alike)."""
     from pipeline.data.contract import save_dataset
     from pipeline.data.kinds.xor import build
     from pipeline.stores.paths import processed_dir
@@ -190,7 +198,8 @@ def new_project(work: Path, label: str, workload: Workload) -> Path:
     root = (work / label).resolve()
     shutil.copytree(ROOT / "search_spaces", root / "search_spaces")
     shutil.copy(ROOT / "params.yaml", root / "params.yaml")
-    save_dataset(processed_dir(root, DATASET), build(DATASET, XorParams(kind="xor", n_train=64, n_test=16, seed=5)))
+    for name in datasets:
+        save_dataset(processed_dir(root, name), build(name, XorParams(kind="xor", n_train=64, n_test=16, seed=5)))
     best = random.Random(workload.seed + 1)
     (root / WORKLOAD_FILE).write_text(json.dumps({
         **asdict(workload), "medians": workload.medians(),
@@ -408,11 +417,24 @@ def render(report: dict[str, Any]) -> str:
         f"{w['trial_sigma']}) and a per-epoch one (log-sd {w['epoch_sigma']}).", "",
         "Fill = busy trial time / (slots x wall); busy = trial function entry to exit; wall = first search "
         "call to last return (Ray start-up excluded).", "",
-        "| mode | driver | wall (s) | busy (s) | fill | trials | stopped by ASHA | failed | epochs "
-        "| load avg start, end |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in report["modes"]:
+    rows = [r for r in report["modes"] if "datasets" not in r]  # the one-dataset modes
+    if rows:
+        lines += _tables(rows, w)
+    if len(rows) < len(report["modes"]):  # several datasets: their own tables
+        from benchmarks.fill_datasets import render_lines
+
+        lines += render_lines(report)
+    lines += ["", f"Command: `{report['command']}`", ""]
+    return "\n".join(lines)
+
+
+def _tables(rows: list[dict[str, Any]], w: dict[str, Any]) -> list[str]:
+    """The one-dataset modes' three tables: fill, what the busy time was, where the idle time went."""
+    lines = ["| mode | driver | wall (s) | busy (s) | fill | trials | stopped by ASHA | failed | epochs "
+             "| load avg start, end |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
         driver = "`search()` per family, in turn" if r["sequential"] else "one `search_many()`"
         driver += "".join(f", {k}={v}" for k, v in r.get("environment", {}).items())
         lines.append(f"| {r['mode']} | {driver} | {r['wall_s']:.1f} | {r['busy_s']:.0f} | **{r['fill']:.3f}** | "
@@ -430,7 +452,7 @@ def render(report: dict[str, Any]) -> str:
         "| new process every (s) | reuse gap (s) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in report["modes"]:
+    for r in rows:
         full = "never" if r["all_slots_busy_s"] is None else f"{r['all_slots_busy_s']:.1f}"
         lines.append(f"| {r['mode']} | {r['work_fill']:.3f} | {r['sleep_s']:.0f} | {r['report_s']:.0f} | "
                      f"{r['mlflow_s']:.0f} | {r['first_trial_s']:.1f} | {full} | {r['after_last_trial_s']:.1f} | "
@@ -441,42 +463,46 @@ def render(report: dict[str, Any]) -> str:
               "trial (start-up), between its trials, after its last trial (drain), and slots no process took.", "",
               "| mode | idle (slot-s) | start-up | between trials | drain | unused slots |",
               "|---|---:|---:|---:|---:|---:|"]
-    for r in report["modes"]:
+    for r in rows:
         idle, parts = w["slots"] * r["wall_s"] - r["busy_s"], r.get("idle_slot_s") or {}
         share = {k: f"{v:.0f} ({v / idle:.0%})" if idle > 0 else "–" for k, v in parts.items()}
         lines.append(f"| {r['mode']} | {idle:.0f} | {share.get('start_up', '–')} | {share.get('between', '–')} | "
                      f"{share.get('drain', '–')} | {share.get('unused', '–')} |")
-    lines += ["", f"Command: `{report['command']}`", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the modes (before, after by default); returns the report written to fill.json."""
+    from benchmarks import fill_datasets  # the modes over several datasets (it imports this module)
+
+    known = [*MODES, *fill_datasets.MODES]
     ap = argparse.ArgumentParser(prog="benchmarks.fill", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke run: 3 families x 4 trials on 4 slots")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--modes", default="before,after",
-                    help=f"comma-separated, run in this order; of {', '.join(MODES)}")
+                    help=f"comma-separated, run in this order; of {', '.join(known)}")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (projects, MLflow, busy files)")
     ap.add_argument("--round-size", type=int, default=None, help="trials per round of a family's study "
                     "(default: the workload's, 4; 2 on --quick)")
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.replace(" ", "").split(",") if m]
-    if not modes or any(m not in MODES for m in modes):
-        ap.error(f"--modes {args.modes!r}: expected names of {', '.join(MODES)}")
+    if not modes or any(m not in known for m in modes):
+        ap.error(f"--modes {args.modes!r}: expected names of {', '.join(known)}")
     workload = QUICK if args.quick else Workload()
     if args.round_size is not None:
         workload = replace(workload, round_size=args.round_size)
     start, load_start = time.perf_counter(), load_average()
     work = Path(tempfile.mkdtemp(prefix="ctsweep-bench-fill-")).resolve()
     try:
-        results = [run_mode(work, mode, workload) for mode in modes]
+        results = [fill_datasets.run_mode(work, mode, workload, args.quick) if mode in fill_datasets.MODES
+                   else run_mode(work, mode, workload) for mode in modes]
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     report = {"quick": args.quick, "machine": machine(),
               "workload": {**asdict(workload), "medians": workload.medians()}, "search": workload.params().model_dump(),
-              "modes": results, "total_seconds": time.perf_counter() - start, "work": str(work) if args.keep else None,
+              "modes": results, **fill_datasets.report_fields(results),
+              "total_seconds": time.perf_counter() - start, "work": str(work) if args.keep else None,
               "command": "python -m benchmarks.fill " + " ".join(sys.argv[1:] if argv is None else argv)}
     # Other work on the machine slows the driver and the trials' start-up; the load average flags it.
     report["machine"]["load_average"] = [load_start, load_average()]

@@ -115,3 +115,120 @@ def test_quick_run_through_the_real_driver(tmp_path: Path, monkeypatch: pytest.M
     # many trials at once as there are slots: pipeline.sweep.cluster.pending_trials).
     assert after["peak_running"] >= 2 and after["families_at_once"] >= 2
     assert before["environment"] == {"TUNE_MAX_PENDING_TRIALS_PG": "1"}  # the driver as it was
+
+
+# ------------------------------------------------------------------ several datasets (fill_datasets)
+
+
+def _dbusy(dataset: str, family: str, start: float, end: float, pid: int) -> dict:
+    return {**_busy(family, start, end, pid=pid), "dataset": dataset}
+
+
+def test_dataset_modes_keep_the_one_dataset_figures_per_family() -> None:
+    from benchmarks import fill_datasets
+
+    full, quick = fill.Workload(), fill.QUICK
+    for base, is_quick in ((full, False), (quick, True)):
+        w, names = fill_datasets.setup(base, is_quick)
+        assert len(names) >= 2 and len(set(names)) == len(names) and w.slots == base.slots
+        assert 0 < len(w.families) < len(base.families)
+        # a family sleeps as in the one-dataset modes (a prefix of the seeded draws)
+        assert w.medians() == {f: base.medians()[f] for f in w.families}
+    w, names = fill_datasets.setup(full, False)
+    # one dataset's searches alone hold fewer live trials than there are slots: the serial mode drains
+    assert len(w.families) * w.max_concurrent < w.slots <= len(names) * len(w.families) * w.max_concurrent
+
+
+def test_dataset_summary_counts_idle_time_per_search_call() -> None:
+    from benchmarks import fill_datasets
+
+    w = fill.Workload(families=("a", "b"), slots=2, num_samples=1, epochs=4)
+    # Serial: dataset x on [10, 15) (pids 1, 2), dataset y on [15, 20) (pids 3, 4).
+    busy = [_dbusy("x", "a", 10, 14, 1), _dbusy("x", "b", 11, 12, 2),
+            _dbusy("y", "a", 16, 19, 3), _dbusy("y", "b", 15, 20, 4)]
+    records = {d: _records({"a": [4], "b": [4]}) for d in ("x", "y")}
+    calls = [{"dataset": "x", "start": 0, "end": 5}, {"dataset": "y", "start": 5, "end": 10}]
+    out = fill_datasets.summarise(busy, records, 10, 20, w, calls)
+    assert out["busy_s"] == 13 and out["fill"] == pytest.approx(13 / 20)
+    assert out["n_trials"] == out["expected_trials"] == 4 and out["families_ok"] == 4  # (dataset, family) units
+    assert out["datasets_at_once"] == 1 and out["dataset_switches"] == 1 and out["families_at_once"] == 2
+    # per call: x's processes drain 1 and 3 s before its return, y's 1 s late start and 1 s drain
+    assert out["idle_slot_s"] == {"start_up": 2, "between": 0, "drain": 5, "unused": 0, "between_calls": 0}
+    assert sum(out["idle_slot_s"].values()) == pytest.approx(w.slots * out["wall_s"] - out["busy_s"])
+    x, y = out["per_dataset"]
+    assert (x["dataset"], x["trials"], x["busy_s"], x["call_wall_s"]) == ("x", 2, 5, 5)
+    assert x["call_fill"] == pytest.approx(0.5) and y["call_fill"] == pytest.approx(0.8)
+    # Shared: one call over the whole wall, both datasets at once.
+    shared = fill_datasets.summarise([_dbusy("x", "a", 10, 14, 1), _dbusy("y", "a", 11, 13, 2)], records, 10, 20,
+                                     w, [])
+    assert shared["datasets_at_once"] == 2 and "call_fill" not in shared["per_dataset"][0]
+    assert shared["idle_slot_s"]["between_calls"] == 0 and shared["idle_slot_s"]["drain"] == 6 + 7
+    gap = fill_datasets.idle_by_call([_dbusy("x", "a", 10, 12, 1)], [(10, 12), (14, 16)], 10, 16, 2)
+    # one slot unused in the first call, both in the second (it started no trial), both between calls
+    assert gap["unused"] == 1 * 2 + 2 * 2 and gap["between_calls"] == 2 * 2
+
+
+def test_render_adds_the_dataset_modes_and_their_ratio() -> None:
+    from benchmarks import fill_datasets
+
+    w = fill.Workload(families=("a",), slots=2, num_samples=1, epochs=4)
+    records = {d: _records({"a": [4]}) for d in ("x", "y")}
+    rows = []
+    for mode, calls, busy in (
+            ("datasets-serial", [{"dataset": "x", "start": 0, "end": 5}, {"dataset": "y", "start": 5, "end": 10}],
+             [_dbusy("x", "a", 10, 14, 1), _dbusy("y", "a", 15, 19, 2)]),
+            ("datasets-shared", [], [_dbusy("x", "a", 10, 14, 1), _dbusy("y", "a", 10, 14, 2)])):
+        t1 = 20 if mode == "datasets-serial" else 15
+        rows.append({"mode": mode, "sequential": mode == "datasets-serial", "datasets": ["x", "y"], "families": ["a"],
+                     "environment": {}, "load_average": [1.0, 2.0], "calls": calls,
+                     **fill_datasets.summarise(busy, records, 10, t1, w, calls)})
+    fields = fill_datasets.report_fields(rows)
+    assert fields["several_datasets"]["shared_over_serial"] == {"fill": pytest.approx((8 / 10) / (8 / 20)),
+                                                                 "wall": pytest.approx(0.5)}
+    assert fill_datasets.report_fields([{"mode": "after"}]) == {}
+    machine = {"date": "d", "cpu": "c", "cores": 2, "memory_gib": 1.0, "ray": "r", "optuna": "o", "mlflow": "m",
+               "python": "p", "git_commit": "g", "load_average": [1.0, 2.0]}
+    report = {"quick": False, "machine": machine, "workload": {**fill.asdict(w), "medians": w.medians()},
+              "modes": rows, **fields, "total_seconds": 1.0, "command": "c"}
+    text = fill.render(report)
+    assert "| datasets-serial | `search_many()` per dataset, in turn |" in text and "one `search_datasets()`" in text
+    assert "**0.400**" in text and "**0.800**" in text and "fill x2.00, wall x0.50" in text
+    assert "| mode | work fill |" not in text  # no one-dataset mode ran: none of their tables
+
+
+@pytest.mark.slow
+def test_quick_dataset_modes_through_the_real_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from benchmarks import fill_datasets
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(ROOT)  # Ray's workers import benchmarks.fill from the driver's working directory
+    report = fill.main(["--quick", "--modes", "datasets-serial,datasets-shared", "--out", str(tmp_path), "--keep"])
+    work = Path(report["work"])
+    try:
+        w, names = fill_datasets.setup(fill.QUICK, True)
+        modes = {m["mode"]: m for m in report["modes"]}
+        assert list(modes) == ["datasets-serial", "datasets-shared"]
+        units = len(names) * len(w.families)
+        for label, m in modes.items():
+            # every trial of every (dataset, family) ran once, under its own dataset, and wrote its result
+            assert m["n_trials"] == m["expected_trials"] == units * w.num_samples == m["n_busy_records"]
+            assert m["n_failed"] == 0 and m["families_ok"] == units
+            assert [(d["dataset"], d["trials"]) for d in m["per_dataset"]] == [(n, len(w.families) * w.num_samples)
+                                                                              for n in names]
+            assert all((work / label / "results" / n / "search" / f"{f}.json").is_file()
+                       for n in names for f in w.families)
+            assert m["fill"] == pytest.approx(m["busy_s"] / (w.slots * m["wall_s"])) and 0 < m["fill"] <= 1
+            assert sum(m["idle_slot_s"].values()) == pytest.approx(w.slots * m["wall_s"] - m["busy_s"], rel=1e-6)
+        serial, shared = modes["datasets-serial"], modes["datasets-shared"]
+        # one dataset after another: never two at once, one search_many call each
+        assert [c["dataset"] for c in serial["calls"]] == list(names)
+        assert serial["datasets_at_once"] == 1 and serial["dataset_switches"] == len(names) - 1
+        # one run: the datasets' trials run at the same time
+        assert shared["calls"] == [] and shared["datasets_at_once"] >= 2
+        ratio = report["several_datasets"]["shared_over_serial"]
+        assert ratio["fill"] == pytest.approx(shared["fill"] / serial["fill"])
+        assert "datasets-shared / datasets-serial: fill x" in (tmp_path / "fill.md").read_text()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,201 @@
+"""Cluster fill over several datasets: one dataset's searches after another against one run for all.
+
+    .venv/bin/python -m benchmarks.fill --modes datasets-serial,datasets-shared [--quick] [--out DIR]
+
+The modes of benchmarks/fill.py that search several datasets (fill.py's `main` runs them, its
+`render` adds their tables), with the same synthetic trial, workload settings, seeds and local
+32-slot Ray:
+
+- datasets-serial: `search_many()` per dataset, one dataset after another, each over all its
+  families (what `dvc repro` ran before `search.share_datasets`: each dataset's stage in turn);
+- datasets-shared: one `search_datasets()` over every dataset at once (one Ray Tune run; each
+  (dataset, family) keeps its own study, rungs, parent run and result file).
+
+The datasets are alike tiny XOR sets (xor_fill_0, ...), each searched over the first families of
+the one-dataset workload; the trials' sleeps and scores are keyed by family and config, not by
+dataset, so every dataset's families get the workload figures the one-dataset modes give them.
+Fill = summed busy time / (slots x wall), wall from the first search call to the last return.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks import fill
+from benchmarks.cluster import local_tracking
+
+MODES = {"datasets-serial": "serial", "datasets-shared": "shared"}
+
+# Four datasets of six families each: a dataset holds 6 x max_concurrent 4 = 24 live trials at most,
+# fewer than 32 slots (as the project's own 6 families x 2 per dataset are), and 96 trials, so
+# one after another the slots drain at the end of every dataset. Both modes together should take
+# about 10 to 15 minutes on this 2-core machine (the serial mode pays the trial processes' start-up
+# once per dataset).
+DATASETS = tuple(f"xor_fill_{i}" for i in range(4))
+N_FAMILIES = 6
+# --quick: 2 datasets x 2 families x 4 trials on 4 slots (2 x max_concurrent 2 = 4 live per dataset).
+QUICK_DATASETS = DATASETS[:2]
+QUICK_FAMILIES = 2
+
+
+def setup(base: fill.Workload, quick: bool) -> tuple[fill.Workload, tuple[str, ...]]:
+    """The workload of the dataset modes and their datasets: `base` (fill.Workload or fill.QUICK)
+    cut to its first families. A prefix, so each family's seeded median and best learning rate are
+    those of the one-dataset modes (Workload.medians draws them in order)."""
+    n = QUICK_FAMILIES if quick else N_FAMILIES
+    return replace(base, families=base.families[:n]), QUICK_DATASETS if quick else DATASETS
+
+
+def run_mode(work: Path, label: str, base: fill.Workload, quick: bool) -> dict[str, Any]:
+    """One dataset mode (MODES) in its own project and Ray: every search through the real driver, timed."""
+    from pipeline.stores import tracking
+    from pipeline.sweep.search import search_datasets, search_many
+
+    workload, datasets = setup(base, quick)
+    shared = MODES[label] == "shared"
+    families = list(workload.families)
+    root = fill.new_project(work, label, workload, datasets)
+    p = workload.params()
+    load_start = fill.load_average()
+    with local_tracking(), fill.local_ray(workload.slots) as ray_startup_s:
+        for name in datasets:  # the stores, created before the clock starts (as fill.run_mode)
+            tracking.experiment_id(root, name)
+        calls: list[dict[str, Any]] = []
+        t0 = time.time()
+        if shared:
+            records = search_datasets(root, list(datasets), families, p, trial_fn=fill.synthetic_trial)
+        else:
+            records = {}
+            for name in datasets:
+                begin = time.time()
+                records[name] = search_many(root, name, families, p, trial_fn=fill.synthetic_trial)
+                calls.append({"dataset": name, "start": begin - t0, "end": time.time() - t0})
+        t1 = time.time()
+        workers = fill.worker_processes_started()
+    busy = [json.loads(f.read_text()) for f in sorted((root / fill.BUSY_DIR).glob("*.json"))]
+    out = {"mode": label, "sequential": not shared, "datasets": list(datasets), "families": families,
+           "environment": {}, "ray_startup_s": ray_startup_s, "calls": calls, "worker_processes_started": workers,
+           "load_average": [load_start, fill.load_average()],
+           **summarise(busy, records, t0, t1, workload, calls)}
+    print(f"  {label}: wall {out['wall_s']:.1f} s, fill {out['fill']:.3f}, {out['n_trials']} trials",
+          file=sys.stderr, flush=True)
+    return out
+
+
+def summarise(busy: list[dict[str, Any]], records: dict[str, dict[str, dict[str, Any]]], t0: float, t1: float,
+              workload: fill.Workload, calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """fill.summarise over the (dataset, family) units ("<dataset>/<family>", as inside the run),
+    its idle slot time counted per search call (`calls`: the serial mode's, relative to t0; none:
+    one call), the datasets running at once and each dataset's share."""
+    units = [{**b, "family": f"{b['dataset']}/{b['family']}"} for b in busy]
+    flat = {f"{d}/{f}": r for d, by_family in records.items() for f, r in by_family.items()}
+    out = fill.summarise(units, flat, t0, t1, replace(workload, families=tuple(flat)))
+    windows = [(t0 + c["start"], t0 + c["end"]) for c in calls] or [(t0, t1)]
+    out["idle_slot_s"] = idle_by_call(busy, windows, t0, t1, workload.slots)
+    by_dataset = [{**b, "family": b["dataset"]} for b in busy]
+    out["datasets_at_once"] = fill.families_at_once(by_dataset)
+    out["dataset_switches"] = fill.family_switches(by_dataset)
+    out["per_dataset"] = []
+    for name in records:
+        mine = [b for b in busy if b["dataset"] == name]
+        row: dict[str, Any] = {"dataset": name, "trials": len(mine),
+                               "busy_s": sum(min(b["end"], t1) - max(b["start"], t0) for b in mine),
+                               "first_trial_s": min((b["start"] - t0 for b in mine), default=None),
+                               "last_trial_end_s": max((b["end"] - t0 for b in mine), default=None)}
+        call = next((c for c in calls if c["dataset"] == name), None)
+        if call is not None:  # its own search call: its wall and the fill of the slots during it
+            row["call_wall_s"] = call["end"] - call["start"]
+            row["call_fill"] = row["busy_s"] / (workload.slots * row["call_wall_s"])
+        out["per_dataset"].append(row)
+    return out
+
+
+def idle_by_call(busy: list[dict[str, Any]], windows: list[tuple[float, float]], t0: float, t1: float,
+                 slots: int) -> dict[str, float]:
+    """fill.idle_slot_time within each search call's window (start, end; absolute), summed, with
+    the trials of the call that started them (a call's trial processes end with its Tune run), and
+    `between_calls`: all slots idle outside every window (the driver between one return and the
+    next call). One window for the whole wall gives fill.summarise's own split."""
+    out = {"start_up": 0.0, "between": 0.0, "drain": 0.0, "unused": 0.0}
+    for start, end in windows:
+        by_pid: dict[int, list[dict[str, Any]]] = {}
+        for b in busy:
+            if start <= b["start"] < end:
+                by_pid.setdefault(b["pid"], []).append(b)
+        for key, value in fill.idle_slot_time(by_pid, start, end, slots).items():
+            out[key] += value
+    outside = (t1 - t0) - sum(end - start for start, end in windows)
+    out["between_calls"] = max(0.0, outside) * slots
+    return out
+
+
+def report_fields(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """What fill.json says about the dataset modes as a whole: their datasets, families and the
+    ratio shared / serial of fill and wall (when both ran); {} when none ran."""
+    rows = {r["mode"]: r for r in results if "datasets" in r}
+    if not rows:
+        return {}
+    first = next(iter(rows.values()))
+    out: dict[str, Any] = {"datasets": first["datasets"], "families": first["families"]}
+    if "datasets-serial" in rows and "datasets-shared" in rows:
+        serial, shared = rows["datasets-serial"], rows["datasets-shared"]
+        out["shared_over_serial"] = {"fill": shared["fill"] / serial["fill"],
+                                     "wall": shared["wall_s"] / serial["wall_s"]}
+    return {"several_datasets": out}
+
+
+def render_lines(report: dict[str, Any]) -> list[str]:
+    """The dataset modes' part of fill.md."""
+    rows = [r for r in report["modes"] if "datasets" in r]
+    w, names, families = report["workload"], rows[0]["datasets"], rows[0]["families"]
+    slots = w["slots"]
+    lines = [
+        "## Several datasets: one dataset after another against one run for all", "",
+        f"{len(names)} alike XOR datasets ({', '.join(names)}), each searched over the first {len(families)} "
+        f"families above ({', '.join(families)}) x {w['num_samples']} trials: {len(names) * len(families)} "
+        f"searches, {len(names) * len(families) * w['num_samples']} trials, the settings, sleeps and scores "
+        "above (keyed by family: every dataset's family sleeps alike). datasets-serial: `search_many()` per "
+        "dataset, one after another (each dataset's search stage in turn, each holding all its families); "
+        "datasets-shared: one `search_datasets()` over every dataset (one Ray Tune run, `search.share_datasets`). "
+        "Both with the driver's own pending-trial limit, each in its own project, MLflow store and Ray.", "",
+        "| mode | driver | wall (s) | busy (s) | fill | trials | failed | peak running | datasets at once "
+        "| load avg start, end |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        driver = "`search_many()` per dataset, in turn" if r["sequential"] else "one `search_datasets()`"
+        lines.append(f"| {r['mode']} | {driver} | {r['wall_s']:.1f} | {r['busy_s']:.0f} | **{r['fill']:.3f}** | "
+                     f"{r['n_trials']}/{r['expected_trials']} | {r['n_failed']} | {r['peak_running']} | "
+                     f"{r['datasets_at_once']} | {r['load_average'][0]}, {r['load_average'][1]} |")
+    ratio = report.get("several_datasets", {}).get("shared_over_serial")
+    if ratio:
+        lines += ["", f"**datasets-shared / datasets-serial: fill x{ratio['fill']:.2f}, wall x{ratio['wall']:.2f}.**"]
+    lines += ["", "Idle slot time (slots x wall - busy), counted per search call and trial process as above: "
+              "start-up, between trials, drain (after each process's last trial until its call returns: the "
+              "slots draining at the end of each dataset when one follows another), slots no process took "
+              "during a call, and between calls (all slots, from one return to the next call).", "",
+              "| mode | idle (slot-s) | start-up | between trials | drain | unused slots | between calls |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        idle, parts = slots * r["wall_s"] - r["busy_s"], r["idle_slot_s"]
+        share = {k: f"{v:.0f} ({v / idle:.0%})" if idle > 0 else "–" for k, v in parts.items()}
+        lines.append(f"| {r['mode']} | {idle:.0f} | {share['start_up']} | {share['between']} | {share['drain']} | "
+                     f"{share['unused']} | {share['between_calls']} |")
+    lines += ["", "Per dataset: trials, first trial start and last trial end (s from the first call), and in "
+              "the serial mode its call's wall and the fill of the slots during it.", "",
+              "| mode | dataset | trials | first trial at (s) | last trial ended at (s) | call wall (s) | call fill |",
+              "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        for d in r["per_dataset"]:
+            lines.append(f"| {r['mode']} | {d['dataset']} | {d['trials']} | {fill._s(d['first_trial_s'])} | "
+                         f"{fill._s(d['last_trial_end_s'])} | {fill._s(d.get('call_wall_s'))} | "
+                         f"{fill._s(d.get('call_fill'), 3)} |")
+    lines += ["", "Trials running, sampled every step from the first call (of the slots):", ""]
+    for r in rows:
+        lines.append(f"- {r['mode']}, every {r['timeline_step_s']:.1f} s: `{' '.join(map(str, r['timeline']))}`")
+    return lines
