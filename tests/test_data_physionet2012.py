@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -298,3 +299,62 @@ def test_sets_option_is_checked_in_one_line(tmp_path, sets, message):
     with pytest.raises(ConfigError, match=message) as err:
         params_from(params, tmp_path / "params.yaml")
     assert "\n" not in str(err.value)
+
+
+def test_min_max_scaling_is_the_reference_s_formula_with_training_statistics(tmp_path):
+    """`scaling: min_max`: (x - min) / max per channel (raminmh/CfC duv_physionet.py), min and max
+    over the observed training values only; meta's norm_mean / norm_std undo it like a standardisation."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write_fixture(raw, {**SPECIAL, **filler(22)})
+    standard = p12.build("physionet2012", Physionet2012Params(kind="physionet2012"), raw)
+    scaled = p12.build("physionet2012", Physionet2012Params(kind="physionet2012", scaling="min_max"), raw)
+    hr = p12.TIME_SERIES.index("HR")
+    mean, std = np.asarray(standard.meta.norm_mean), np.asarray(standard.meta.norm_std)
+    low, high = np.asarray(scaled.meta.norm_mean), np.asarray(scaled.meta.norm_std)
+    for name in ("train", "val", "test"):
+        original = standard.splits[name].x * std + mean  # the same stays and split in original units
+        np.testing.assert_allclose(scaled.splits[name].x, (original - low) / high, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(np.isnan(scaled.splits[name].x), np.isnan(standard.splits[name].x))
+    train = standard.splits["train"]
+    hr_train = (train.x * std + mean)[..., hr][train.mask]
+    assert low[hr] == pytest.approx(np.nanmin(hr_train)) and high[hr] == pytest.approx(np.nanmax(hr_train))
+    observed = scaled.splits["train"].x[..., hr][scaled.splits["train"].mask]
+    assert np.nanmin(observed) == pytest.approx(0.0, abs=1e-6) and np.nanmax(observed) <= 1.0 + 1e-6
+    never = ~np.isfinite(np.nanmax(np.where(train.mask[..., None], train.x, np.nan), axis=(0, 1)))
+    assert (low[never] == 0).all() and (high[never] == 1).all()  # a channel never seen in train: left as it is
+
+
+def test_descriptor_lines_the_challenge_never_omits_or_repeats_are_named_in_the_provenance(tmp_path):
+    """The copy in ../shared/data has no ICUType line and up to four different Age lines in 381 records;
+    the challenge's own files give every descriptor once. The first value is kept and the copy is
+    described in meta.json's provenance (and from there in the report, the runs' tags, the model)."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    stays = {**SPECIAL, **filler(22)}
+    for rid in list(stays)[:3]:  # Age given twice (a different value first) in 3 records
+        label, data = stays[rid]
+        text = data.decode().replace("00:00,Age,", "00:00,Age,99\n00:00,Age,", 1)
+        stays[rid] = (label, text.encode())
+    stays = {rid: (label, b"\n".join(l for l in data.split(b"\n") if b",ICUType," not in l))
+             for rid, (label, data) in stays.items()}
+    write_fixture(raw, stays)
+    ds = p12.build("physionet2012", Physionet2012Params(kind="physionet2012"), raw)
+    assert ds.meta.provenance == ("Age given twice or more with different values in 3 records (the first kept); "
+                                  "ICUType absent from every record")
+    age = ds.meta.channels.index("Age")
+    ages = {round(float(v), 3) for s in ds.splits.values() for v in s.x[:, 0, age]}
+    mean, std = ds.meta.norm_mean[age], ds.meta.norm_std[age]
+    assert round(99 - mean, 1) in {round(a * std, 1) for a in ages}  # the first line's value is the one kept
+    icu = ds.meta.channels.index("ICUType")
+    assert all(np.isnan(s.x[..., icu]).all() for s in ds.splits.values())
+    assert p12.descriptor_notes(Counter({"absent Height": 2}), 10) == "Height absent from 2 records"
+    clean = p12.build("physionet2012", Physionet2012Params(kind="physionet2012"), _clean(tmp_path))
+    assert clean.meta.provenance == ""
+
+
+def _clean(tmp_path):
+    raw = tmp_path / "clean"
+    raw.mkdir()
+    write_fixture(raw, {**SPECIAL, **filler(22)})
+    return raw

@@ -122,6 +122,9 @@ class Physionet2012Params(_Strict):
     quantization: float = Field(
         0.016, gt=0, le=100_000, description="hours observation times are rounded to (CfC 0.016; Rubanova 0.1)")
     seed: Seed = 0
+    scaling: Literal["standard", "min_max"] = Field(
+        "standard", description="how channels are scaled with training statistics: `standard` ((x - mean) / std, "
+        "every dataset's) or `min_max` ((x - min) / max, the CfC and latent ODE code's PhysioNet scaling)")
     precompute: list[PrecomputeSpec] = Field(default_factory=list, max_length=MAX_PRECOMPUTE)
 
     @field_validator("sets")

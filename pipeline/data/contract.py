@@ -148,6 +148,27 @@ def standardise(splits: dict[str, Split]) -> tuple[dict[str, Split], np.ndarray,
     return out, mean, std
 
 
+def min_max_scale(splits: dict[str, Split]) -> tuple[dict[str, Split], np.ndarray, np.ndarray]:
+    """Per-channel (x - min) / max with the minimum and maximum of the observed train values: the
+    scaling of the CfC and latent ODE PhysioNet code (raminmh/CfC duv_physionet.py,
+    variable_time_collate_fn2: `(vals - data_min) / data_max`, a maximum of 0 read as 1), which
+    takes them over all stays, test included; here over the training stays only.
+
+    Returned as (splits, centre, scale) with x' = (x - centre) / scale, the affine form meta.json's
+    norm_mean / norm_std record for every scaling (serving undoes it the same way). NaN stays NaN;
+    a channel never observed in train gets centre 0 and scale 1.
+    """
+    train = splits["train"]
+    observed = train.x[train.mask]  # (n_observed, C)
+    seen = (~np.isnan(observed)).any(axis=0)
+    filled = np.where(seen, observed, 0.0) if not seen.all() else observed
+    low = np.where(seen, np.nanmin(filled, axis=0), 0.0).astype(np.float32)
+    high = np.where(seen, np.nanmax(filled, axis=0), 1.0).astype(np.float32)
+    high = np.where(high != 0, high, 1.0).astype(np.float32)  # the reference's data_max[data_max == 0] = 1
+    out = {name: Split(((s.x - low) / high).astype(np.float32), s.t, s.mask, s.y) for name, s in splits.items()}
+    return out, low, high
+
+
 def save_dataset(folder: Path, dataset: Dataset, extra: Callable[[Path], None] | None = None) -> None:
     """Write atomically: build in a temporary sibling, then swap it into place.
 

@@ -17,7 +17,9 @@ Sources
     the sets; one found twice is an error.
     Every file is verified against PhysioNet's SHA256SUMS.txt (download.py); a copy that lacks
     some records (a rebuilt archive) is prepared from what it holds, and meta.json's provenance
-    says how many of its Outcomes files' records it read ("3,996 of 4,000 records").
+    says how many of its Outcomes files' records it read ("3,996 of 4,000 records"), and any
+    descriptor the records lack or give twice with different values (descriptor_notes: the copy
+    in ../shared/data has no ICUType line at all and up to four Age lines in 381 records).
     Reference preprocessing: YuliaRubanova/latent_ode physionet.py (Rubanova et al. 2019), as
     used by raminmh/CfC duv_physionet.py + train_physio.py (Hasani et al. 2022, the AUROC task)
     and by the temporal weights experiments (Kohan et al.).
@@ -46,21 +48,26 @@ Deviations from the reference, and why
     * Split: stratified 70/15/15 (contract.stratified_split, seed `seed`) to have a validation
       set; CfC shuffles set-a into 80% train / 20% test (random_state=42, not stratified, no
       validation set), as the latent ODE code does.
-    * Standardised with train statistics (contract.standardise); CfC scales by the min/max of
-      the whole dataset.
+    * Standardised with train statistics (contract.standardise) by default; `scaling: min_max`
+      is CfC's (x - min) / max (contract.min_max_scale), with the training stays' minimum and
+      maximum where CfC takes them over every stay, test included. The CPU reproduction of
+      CfC's Table 5 uses it: cfc is 0.01-0.02 AUROC lower with standardised inputs (README,
+      "PhysioNet 2012 on this CPU").
 """
 
 from __future__ import annotations
 
 import tarfile
 import zlib
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 from pipeline.config import Physionet2012Params
-from pipeline.data.contract import Dataset, Meta, Split, pad_sequences, standardise, stratified_split
+from pipeline.data.contract import (Dataset, Meta, Split, min_max_scale, pad_sequences, standardise,
+                                    stratified_split)
 from pipeline.data.download import RawFile
 from pipeline.errors import DataError
 
@@ -122,10 +129,13 @@ def _bad_line(name: str, body: list[tuple[int, str]]) -> DataError:
     return DataError(f"{name}: cannot parse its lines")
 
 
-def parse_record(name: str, data: bytes, max_hours: float, quantization: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def parse_record(name: str, data: bytes, max_hours: float, quantization: float,
+                 anomalies: Counter[str] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One stay -> (values (S, 37) NaN where unobserved, times (S,) hours, statics (5,)).
 
     Step 0 is time 0; the others are the distinct rounded measurement times up to max_hours.
+    `anomalies` counts what the challenge's records never do: a descriptor line missing
+    ("absent <name>"), or given twice with different values ("conflicting <name>"; the first kept).
     """
     try:
         lines = data.decode("utf-8").splitlines()
@@ -162,6 +172,8 @@ def parse_record(name: str, data: bytes, max_hours: float, quantization: float) 
         found = np.flatnonzero(codes == 100 + i)
         if len(found):
             statics[i] = values[found[0]]
+        if anomalies is not None and (not len(found) or len(set(values[found].tolist())) > 1):
+            anomalies[f"{'conflicting' if len(found) else 'absent'} {DESCRIPTORS[i]}"] += 1
     is_series = (codes >= 0) & (codes < 100)
     weights = np.flatnonzero(codes == _WEIGHT)
     if len(weights) and minutes[weights[0]] == 0:  # the descriptor, not a measurement
@@ -213,8 +225,9 @@ def read_outcomes(path: Path) -> dict[str, int]:
     return outcomes
 
 
-def read_records(path: Path, p: Physionet2012Params):
-    """Yield (RecordID, values, times, statics) for each .txt member, one member at a time."""
+def read_records(path: Path, p: Physionet2012Params, anomalies: Counter[str] | None = None):
+    """Yield (RecordID, values, times, statics) for each .txt member, one member at a time
+    (`anomalies`: see parse_record)."""
     try:
         with tarfile.open(path, "r:gz") as archive:
             for member in tqdm(archive, desc=path.name, unit="stay", disable=None):
@@ -223,13 +236,15 @@ def read_records(path: Path, p: Physionet2012Params):
                 reader = archive.extractfile(member)
                 data = reader.read() if reader is not None else b""
                 record_id = member.name.rsplit("/", 1)[-1].removesuffix(".txt")
-                yield (record_id, *parse_record(f"{path.name}:{member.name}", data, p.max_hours, p.quantization))
+                yield (record_id, *parse_record(f"{path.name}:{member.name}", data, p.max_hours, p.quantization,
+                                                   anomalies))
     except (tarfile.TarError, zlib.error, EOFError, OSError) as exc:
         raise DataError(f"{path}: not a readable tar.gz archive ({exc}); the download is corrupt") from exc
 
 
 def _read_set(name: str, raw_dir: Path, letter: str, p: Physionet2012Params,
-              stays: dict[str, tuple[np.ndarray, np.ndarray, int]], origin: dict[str, str]) -> tuple[int, int]:
+              stays: dict[str, tuple[np.ndarray, np.ndarray, int]], origin: dict[str, str],
+              anomalies: Counter[str]) -> tuple[int, int]:
     """Add one set's stays to `stays` {RecordID: (x, times, label)} and their archive to `origin`;
     return (records read, records its Outcomes file lists)."""
     archive, outcomes_path = raw_dir / archive_name(letter), raw_dir / outcomes_name(letter)
@@ -239,7 +254,7 @@ def _read_set(name: str, raw_dir: Path, letter: str, p: Physionet2012Params,
                             f"`ctsweep fetch {name}` brings")
     outcomes = read_outcomes(outcomes_path)
     read = 0
-    for record_id, values, times, statics in read_records(archive, p):
+    for record_id, values, times, statics in read_records(archive, p, anomalies):
         if record_id in origin:
             where = "" if origin[record_id] == archive.name else f" (also in {origin[record_id]})"
             raise DataError(f"{archive}: record {record_id} appears twice{where}; record IDs are unique across "
@@ -252,6 +267,20 @@ def _read_set(name: str, raw_dir: Path, letter: str, p: Physionet2012Params,
     if not read:
         raise DataError(f"{archive}: holds no <RecordID>.txt files")
     return read, len(outcomes)
+
+
+def descriptor_notes(anomalies: Counter[str], records: int) -> str:
+    """What the records' descriptor lines say about the copy, for meta.json's provenance: ""
+    for the challenge's own files (every stay has each descriptor once), else e.g. "ICUType absent
+    from every record; Age given twice or more with different values in 381 records (the first kept)"."""
+    notes = []
+    for name in DESCRIPTORS[:4]:
+        absent, conflicting = anomalies.get(f"absent {name}", 0), anomalies.get(f"conflicting {name}", 0)
+        if absent:
+            notes.append(f"{name} absent from {'every record' if absent == records else f'{absent:,} records'}")
+        if conflicting:
+            notes.append(f"{name} given twice or more with different values in {conflicting:,} records (the first kept)")
+    return "; ".join(notes)
 
 
 def completeness(counts: dict[str, tuple[int, int]]) -> str:
@@ -271,7 +300,8 @@ def build(name: str, p: Physionet2012Params, raw_dir: Path) -> Dataset:
     raw_dir = Path(raw_dir)
     stays: dict[str, tuple[np.ndarray, np.ndarray, int]] = {}
     origin: dict[str, str] = {}
-    counts = {letter: _read_set(name, raw_dir, letter, p, stays, origin) for letter in p.sets}
+    anomalies: Counter[str] = Counter()
+    counts = {letter: _read_set(name, raw_dir, letter, p, stays, origin, anomalies) for letter in p.sets}
     ids = sorted(stays)
     y = np.asarray([stays[i][2] for i in ids], np.int64)
     try:
@@ -285,15 +315,16 @@ def build(name: str, p: Physionet2012Params, raw_dir: Path) -> Dataset:
     for split_name, idx in parts.items():
         x, t, mask = pad_sequences([stays[ids[i]][0] for i in idx], [stays[ids[i]][1] for i in idx], length)
         splits[split_name] = Split(x, t, mask, y[idx])
-    splits, mean, std = standardise(splits)
+    splits, mean, std = (min_max_scale if p.scaling == "min_max" else standardise)(splits)
     sets = ", ".join(f"set-{letter}" for letter in p.sets)
     outcomes = ", ".join(outcomes_name(letter).removesuffix(".txt") for letter in p.sets)
     meta = Meta(
         name=name, task="binary", per_step=False, output_size=1, metric="auroc", channels=TIME_SERIES + STATIC,
         source=(f"PhysioNet/CinC 2012 {sets} with {outcomes} ({URL_BASE}), in-hospital death, first "
                 f"{p.max_hours:g} h, times rounded to {p.quantization:g} h (Rubanova et al. 2019; "
-                f"Hasani et al. 2022), stratified 70/15/15 seed {p.seed}"),
+                f"Hasani et al. 2022), stratified 70/15/15 seed {p.seed}"
+                f"{', scaled (x - min) / max with training statistics' if p.scaling == 'min_max' else ''}"),
         sizes={k: len(v) for k, v in splits.items()}, norm_mean=mean.tolist(), norm_std=std.tolist(),
-        classes=["survived", "died"], static_channels=list(STATIC), provenance=completeness(counts),
+        classes=["survived", "died"], static_channels=list(STATIC), provenance="; ".join(filter(None, [completeness(counts), descriptor_notes(anomalies, len(stays))])),
     )
     return Dataset(meta, splits)
