@@ -77,7 +77,7 @@ mlflow-server: install
 	  --host $(MLFLOW_HOST) --port $(MLFLOW_PORT) --workers $(MLFLOW_WORKERS) $(MLFLOW_SERVER_OPTS)
 
 clean-results:
-	rm -rf results reports/curves reports/lr reports/plots reports/metrics reports/metrics.json reports/results.md reports/promotion.json ray_results
+	rm -rf results reports/curves reports/lr reports/bars reports/plots reports/metrics reports/metrics.json reports/ranks.csv reports/results.md reports/promotion.json ray_results
 
 # `make bench`: seconds per training epoch and peak memory of every registered model family on
 # one synthetic dataset (benchmarks/README.md); BENCH_ARGS passes options, e.g. BENCH_ARGS=--quick.
