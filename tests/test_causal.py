@@ -16,7 +16,8 @@ from torch import nn
 from pipeline.data.contract import Dataset, Meta, Split
 from pipeline.errors import ConfigError
 from pipeline.families.check import _Contract, later_step_change, synthetic_batch
-from pipeline.final.stage import _check_causal, reads_later_steps
+from pipeline.final.plans import _check_causal
+from pipeline.final.stage import reads_later_steps
 from pipeline.models import MODELS
 from pipeline.models.base import SequenceModel, causal_variant, gather_steps, last_valid_index
 from pipeline.models.blocks.causal_path import carried_forward, hermite_causal_coeffs
