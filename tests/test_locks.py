@@ -69,3 +69,43 @@ def test_a_sweep_over_several_families_is_refused_when_one_of_them_is_running(tm
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
+
+
+def test_take_datasets_locks_each_part_and_leaves_optional_datasets_it_cannot_take(tmp_path: Path, capsys) -> None:
+    """The shared-datasets helper of `search_datasets` and `final_datasets`: a busy or failing optional
+    dataset is left to its own stage in one line (its locks let go), a busy required one raises, and
+    every dataset taken stays locked until the stage's stack closes."""
+    import contextlib
+
+    from pipeline.errors import CtsweepError
+    from pipeline.stores.locks import take_datasets
+
+    def build(name: str, optional: bool) -> tuple[str, bool]:
+        if name == "broken":
+            raise CtsweepError("broken: not prepared")
+        return name, optional
+
+    holder = _holder(tmp_path)  # holds search xor/cfc
+    try:
+        with contextlib.ExitStack() as locks:
+            parts = take_datasets(locks, tmp_path, "search", ["cfc", "ncde"], ["a"], ["xor", "broken", "b"], build)
+            assert parts == [("a", False), ("b", True)]
+            err = capsys.readouterr().err.splitlines()
+            assert err[0].startswith("ctsweep: search: xor left to `ctsweep search xor`: `ctsweep search xor cfc` "
+                                     f"is already running (pid {holder.pid},")
+            assert err[1] == "ctsweep: search: broken left to `ctsweep search broken`: broken: not prepared"
+            assert len(err) == 2
+            for name in ("a", "b"):  # held while the stage runs
+                with pytest.raises(BusyError):
+                    with stage_lock(tmp_path, "search", name, "ncde"):
+                        pass
+            with stage_lock(tmp_path, "search", "broken", "cfc"):  # a left dataset's locks were let go
+                pass
+        with stage_lock(tmp_path, "search", "b", "ncde"):  # and the taken ones' once the stage ends
+            pass
+        with pytest.raises(BusyError, match="`ctsweep search xor cfc`"):  # a busy required dataset raises
+            with contextlib.ExitStack() as locks:
+                take_datasets(locks, tmp_path, "search", ["cfc"], ["xor"], [], build)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()

@@ -107,7 +107,29 @@ PAPER_PROFILES = [n for n in profiles.names() if n.split("-")[0] in {"cfc", "fwp
 
 
 def test_every_profile_is_a_paper_s_or_the_default_repeated() -> None:
-    assert sorted(profiles.names()) == sorted([*PAPER_PROFILES, "default-repeats"])
+    assert sorted(profiles.names()) == sorted([*PAPER_PROFILES, "default-repeats", "ucr-datasets"])
+
+
+def test_ucr_datasets_is_the_default_families_over_five_bundled_datasets_on_a_cpu() -> None:
+    """Issue 32's many-dataset profile: the default's six families on JapaneseVowels and four UCR
+    datasets aeon ships, each family's reference (one trial), 3 final seeds on one core each."""
+    from pipeline.config import load_params
+
+    _, params = profiles.load("ucr-datasets", PARAMS)
+    base = load_params(PARAMS)
+    assert params.families == base.families
+    assert {"japanese_vowels", "arrow_head", "gun_point", "italy_power_demand", "osu_leaf"} <= set(params.datasets)
+    assert all(params.prepare[d].kind == "uea" for d in params.datasets)  # offline: aeon's bundled copies
+    assert params.search.num_samples == 1 and params.search.resources.gpu == params.final.resources.gpu == 0
+    assert params.search.resources.cpu == params.final.resources.cpu == 1
+    assert len(params.final.seeds) == params.promote.seeds_required == 3
+    assert params.final.patience is not None and params.final.min_steps > 1  # trained until validation stops
+    assert profiles.check_spaces("ucr-datasets", params, ROOT) == 5 * 6
+    for family, values in params.search.fixed.items():  # each fixed value is a choice of the family's space
+        space = load_space(space_path(ROOT, family), family)
+        for key, value in values.items():
+            spec = space.params[key]
+            assert value in spec.choices if spec.choices else spec.low <= value <= spec.high, (family, key)
 
 
 def test_default_repeats_is_the_default_run_with_its_search_repeated_three_times() -> None:

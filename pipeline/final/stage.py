@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -30,14 +29,13 @@ from pipeline.stores import tracking
 from pipeline.config import FinalParams
 from pipeline.data.contract import Dataset
 from pipeline.data.provenance import provenance_fields
-from pipeline.errors import CtsweepError
 from pipeline.final.repeats import between_repeats, searched_repeats, summary as _summary
 from pipeline.final.plans import Inputs, Part, Plan, dataset_part, scaled_lr
 from pipeline.final.seeds import SeedJob, spread, train_seed
 from pipeline.models import get_model_class
 from pipeline.runtime.interrupts import Interrupted, deferred, wrote
 from pipeline.stores.files import write_json
-from pipeline.stores.locks import stage_lock
+from pipeline.stores.locks import take_datasets
 from pipeline.names import check_name
 from pipeline.stores.paths import final_result_path
 from pipeline.serving.pyfunc import log_model_from_state
@@ -86,21 +84,8 @@ def final_datasets(root: Path, datasets: list[str], families: list[str], p: Fina
     for family in families:
         check_name(family, "family name")
     with contextlib.ExitStack() as locks:  # one driver per final evaluation: a second is refused
-        for name in sorted(datasets):
-            for family in sorted(families):
-                locks.enter_context(stage_lock(root, "final", name, family))
-        parts = [dataset_part(root, name, families, p, only_stale) for name in datasets]
-        for name in optional:
-            try:
-                with contextlib.ExitStack() as own:
-                    for family in sorted(families):
-                        own.enter_context(stage_lock(root, "final", name, family))
-                    part = dataset_part(root, name, families, p, True)
-                    locks.enter_context(own.pop_all())  # held until this stage ends
-            except CtsweepError as exc:  # its own stage reports it; this one goes on without it
-                print(f"ctsweep: final: {name} left to `ctsweep final {name}`: {exc}", file=sys.stderr)
-                continue
-            parts.append(part)
+        parts = take_datasets(locks, root, "final", families, datasets, optional,
+                              lambda name, extra: dataset_part(root, name, families, p, extra or only_stale))
         trained = [part for part in parts if part.plans]
         if trained:
             _run(trained)

@@ -13,11 +13,16 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from pipeline.errors import CtsweepError
 from pipeline.names import check_name
+
+
+T = TypeVar("T")
 
 
 class BusyError(CtsweepError):
@@ -51,3 +56,27 @@ def stage_lock(root: Path, stage: str, *names: str) -> Iterator[None]:
             handle.seek(0)
             handle.truncate()
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def take_datasets(locks: contextlib.ExitStack, root: Path, stage: str, families: Sequence[str],
+                  datasets: Sequence[str], optional: Sequence[str], build: Callable[[str, bool], T]) -> list[T]:
+    """The parts of a stage run over several datasets: `build(name, optional)` of each of `datasets`,
+    then of each of `optional` that can be taken (`share_datasets`), each (dataset, family) locked
+    for `stage` until `locks` closes. A dataset of `datasets` that is busy or fails its checks
+    raises; one of `optional` is left, with one line, to its own `ctsweep <stage> <name>`."""
+    for name in sorted(datasets):
+        for family in sorted(families):
+            locks.enter_context(stage_lock(root, stage, name, family))
+    parts = [build(name, False) for name in datasets]
+    for name in optional:
+        try:
+            with contextlib.ExitStack() as own:
+                for family in sorted(families):
+                    own.enter_context(stage_lock(root, stage, name, family))
+                part = build(name, True)
+                locks.enter_context(own.pop_all())  # held until the stage ends
+        except CtsweepError as exc:  # its own stage reports it; this one goes on without it
+            print(f"ctsweep: {stage}: {name} left to `ctsweep {stage} {name}`: {exc}", file=sys.stderr)
+            continue
+        parts.append(part)
+    return parts

@@ -48,7 +48,7 @@ from pipeline.names import check_name
 from pipeline.runtime.interrupts import Interrupted, deferred, graceful_tune, wrote
 from pipeline.stores import staleness, tracking
 from pipeline.stores.files import check_writable, write_json
-from pipeline.stores.locks import stage_lock
+from pipeline.stores.locks import take_datasets
 from pipeline.stores.paths import processed_dir, raw_lock_path, require
 from pipeline.stores.ray_storage import check_storage_path
 from pipeline.sweep import run_lookup, sensitivity
@@ -102,21 +102,8 @@ def search_datasets(root: Path, datasets: list[str], families: list[str], p: Sea
         if len(set(names)) != len(names):
             raise ValueError(f"{kind} listed twice: {names}")
     with contextlib.ExitStack() as locks:  # one driver per search: a second is refused
-        for name in sorted(datasets):
-            for family in sorted(families):
-                locks.enter_context(stage_lock(root, "search", name, family))
-        parts = [_part(root, name, families, p, only_stale, trial_fn) for name in datasets]
-        for name in optional:
-            try:
-                with contextlib.ExitStack() as own:
-                    for family in sorted(families):
-                        own.enter_context(stage_lock(root, "search", name, family))
-                    part = _part(root, name, families, p, True, trial_fn)
-                    locks.enter_context(own.pop_all())  # held until this search ends
-            except CtsweepError as exc:  # its own stage reports it; this one goes on without it
-                print(f"ctsweep: search: {name} left to `ctsweep search {name}`: {exc}", file=sys.stderr)
-                continue
-            parts.append(part)
+        parts = take_datasets(locks, root, "search", families, datasets, optional,
+                              lambda name, extra: _part(root, name, families, p, extra or only_stale, trial_fn))
         return _search(root, parts, p, fresh, trial_fn)
 
 
