@@ -17,6 +17,7 @@ from pipeline.data.kinds.xor import build as build_xor
 from pipeline.errors import ConfigError
 from pipeline.final.stage import final, stopping
 from pipeline.stores.paths import final_result_path, processed_dir, search_result_path
+from pipeline.training.budget import MIN_STEPS
 from pipeline.training.loop import train_to_budget
 from tests.conftest import default_params, write_params
 
@@ -51,11 +52,15 @@ def _final(root: Path, **budget) -> dict:
 def test_a_seed_whose_validation_stops_improving_stops_after_patience_epochs(root: Path) -> None:
     # A learning rate of 1e-12 leaves the weights as they were: validation never beats epoch 1.
     _searched(root, {**CONFIG, "lr": 1e-12})
-    record = _final(root, epochs=20, patience=2)
+    record = _final(root, epochs=20, patience=2, min_steps=200)  # epochs of 4 passes (12 steps)
     assert record["status"] == "ok" and record["patience"] == 2 and record["max_epochs"] == 20
     for seed in record["seeds"]:
-        assert seed["stop"] == "patience" and seed["epochs_trained"] == 3 and seed["best_epoch"] == 1
-        assert len(seed["curve"]) == 3
+        # patience 2 would stop at epoch 3, but never before MIN_STEPS optimiser steps: the first
+        # epoch that reaches them
+        epochs = max(3, -(-MIN_STEPS // seed["steps_per_epoch"]))
+        assert epochs < 20 and seed["steps"] == epochs * seed["steps_per_epoch"] >= MIN_STEPS
+        assert seed["stop"] == "patience" and seed["epochs_trained"] == epochs and seed["best_epoch"] == 1
+        assert len(seed["curve"]) == epochs
     client = tracking.MlflowClient(tracking.tracking_uri(root))
     run = client.get_run(record["seeds"][0]["mlflow_run_id"])
     assert run.data.tags["stop"] == "patience" and run.info.status == "FINISHED"
@@ -164,16 +169,17 @@ def test_the_best_epoch_is_the_first_best_in_either_direction() -> None:
 class _FakeTrainer:
     """run_epoch returns the next validation score; `patience` as pipeline.training.loop.Trainer counts it."""
 
-    def __init__(self, scores: list[float], patience: int = 0, losses: list[float] | None = None) -> None:
+    def __init__(self, scores: list[float], patience: int = 0, losses: list[float] | None = None,
+                 steps_per_epoch: int = 100) -> None:
         self.scores, self.patience, self.epoch, self.best, self.stale = scores, patience, 0, None, 0
         self.losses = losses
-        self.steps, self.steps_per_epoch = 0, 1
+        self.steps, self.steps_per_epoch = 0, steps_per_epoch
 
     def run_epoch(self) -> dict:
         val = self.scores[self.epoch]
         loss = None if self.losses is None else self.losses[self.epoch]
         self.epoch += 1
-        self.steps += 1
+        self.steps += self.steps_per_epoch
         self.best, self.stale = (val, 0) if self.best is None or val > self.best else (self.best, self.stale + 1)
         return {"val_metric": val, "epoch_seconds": 0.0, "train_loss": 1.0, **({} if loss is None else {"val_loss": loss})}
 
@@ -197,12 +203,26 @@ def test_train_to_budget_keeps_the_best_epoch_and_says_why_it_stopped() -> None:
     assert (len(run.curve), run.stop) == (1, "time_limit")  # at least one epoch, then the cap
 
 
+def test_patience_never_ends_a_seed_before_the_step_floor() -> None:
+    # 30 steps an epoch, best at epoch 2, patience 1: stops at epoch 4 (120 steps), not at epoch 3 (90)
+    scores = [0.5, 0.7, 0.6, 0.6, 0.6, 0.6, 0.6]
+    run = train_to_budget(_FakeTrainer(scores, patience=1, steps_per_epoch=30), 7, None, "max")
+    assert (len(run.curve), run.steps, run.stop, run.best_epoch) == (4, 120, "patience", 2)
+    assert MIN_STEPS == 100  # the number the not-converged rule (marks.seed_reasons "short") uses
+    # 10 steps an epoch: 7 epochs are 70 steps, patience never fires, the budget ends the run
+    run = train_to_budget(_FakeTrainer(scores, patience=1, steps_per_epoch=10), 7, None, "max")
+    assert (len(run.curve), run.stop) == (7, "max_epochs")
+    # the floor is a parameter: 0 restores plain patience
+    run = train_to_budget(_FakeTrainer(scores, patience=1, steps_per_epoch=10), 7, None, "max", min_steps=0)
+    assert (len(run.curve), run.stop) == (3, "patience")
+
+
 def test_a_tie_on_the_metric_keeps_the_epoch_of_lower_validation_loss() -> None:
     scores = [0.5, 0.9, 0.8, 0.9, 0.9, 0.7]
     losses = [1.0, 0.40, 0.3, 0.35, 0.50, 0.1]  # epoch 3's loss is lower, but its accuracy is not tied
     run = train_to_budget(_FakeTrainer(scores, losses=losses), 6, None, "max")
     assert (run.best_state, run.best_epoch) == ({"epoch": 4}, 4)
-    assert run.val_losses == losses and run.train_losses == [1.0] * 6 and run.steps == 6
+    assert run.val_losses == losses and run.train_losses == [1.0] * 6 and run.steps == 600
     # lower is better (an MSE): the same rule
     run = train_to_budget(_FakeTrainer([2.0, 1.0, 1.0], losses=[2.0, 1.0, 0.5]), 3, None, "min")
     assert run.best_epoch == 3

@@ -40,6 +40,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.training.budget import MIN_STEPS  # optimiser steps: a seed that took fewer has not trained
+
 NOT_CONVERGED, EDGE, MOSTLY_FAILED, FAILED = "not_converged", "edge", "mostly_failed", "failed"
 NOT_CAUSAL = "not_causal"
 LATER_STEPS = "reads later steps: not comparable on next-step prediction"  # the not_causal detail's start
@@ -47,7 +49,6 @@ BUDGET_STOPS = ("max_epochs", "time_limit")  # a seed stopped by `patience` has 
 LEGACY_STOP = "max_epochs"  # records written before seeds carried `stop` trained every epoch
 LAST_FRACTION = 0.25  # the tail of the curve that must not beat the rest for a seed to count as converged
 IMPROVEMENT_TOL = 0.005  # relative: a gain of at most 0.5% of |best| is noise, not progress
-MIN_STEPS = 100  # optimiser steps: a seed that took fewer has not trained, whatever stopped it
 FALLING_SHARE = 0.15  # of a loss's whole fall: more in the last quarter of epochs is a fall cut short
 EDGE_FRACTION = 0.05  # outer share of a searched range, at each end, that counts as its edge
 MIN_INT_VALUES = 5  # an integer range with fewer values is a handful of choices, like a categorical

@@ -16,7 +16,7 @@ from pipeline.data.contract import Dataset, Meta
 from pipeline.data.inputs import load_inputs
 from pipeline.errors import ConfigError, TrialFailedError
 from pipeline.training.metrics import score
-from pipeline.training.budget import batches_per_pass, effective_batch, passes_per_epoch
+from pipeline.training.budget import MIN_STEPS, batches_per_pass, effective_batch, passes_per_epoch
 from pipeline.training.selection import beats, is_better, lowers_loss, progressed
 from pipeline.models import SequenceModel, get_model_class
 from pipeline.models.base import later_steps_problem
@@ -362,12 +362,14 @@ class BudgetedRun(NamedTuple):
 
 
 def train_to_budget(trainer: Trainer, epochs: int, time_limit_s: float | None, mode: str,
-                    on_epoch: Callable[[dict[str, float]], None] | None = None) -> BudgetedRun:
+                    on_epoch: Callable[[dict[str, float]], None] | None = None,
+                    min_steps: int = MIN_STEPS) -> BudgetedRun:
     """Train until early stopping, `epochs` or the wall-clock cap, whichever comes first, keeping
     the weights of the best validation epoch: the best metric, and among epochs that tie on it
     the lowest validation loss (`beats`). Early stopping (`patience`) counts epochs without
-    progress: neither a better metric nor a lower loss (selection.PROGRESS_RULE). `on_epoch`
-    receives each epoch's metrics.
+    progress: neither a better metric nor a lower loss (selection.PROGRESS_RULE), and never ends a
+    run before `min_steps` optimiser steps (budget.MIN_STEPS: what the not-converged rule calls
+    trained). `on_epoch` receives each epoch's metrics.
 
     The cap is checked before each epoch against the slowest epoch so far (training and
     validation), so training stops before it would run past `time_limit_s`, never midway; the
@@ -396,6 +398,6 @@ def train_to_budget(trainer: Trainer, epochs: int, time_limit_s: float | None, m
         val_losses.append(m.get("val_loss"))
         if beats(m["val_metric"], m.get("val_loss"), best, mode):
             best, best_state, best_epoch = (m["val_metric"], m.get("val_loss")), trainer.weights(), len(curve)
-        if trainer.stopped_early:  # `patience` epochs without progress
+        if trainer.stopped_early and trainer.steps >= min_steps:  # `patience` epochs without progress
             return outcome("patience")
     return outcome("max_epochs")
