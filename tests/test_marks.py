@@ -132,6 +132,15 @@ def test_mostly_failed_and_failed() -> None:
     assert [m.mark for m in marks] == [NOT_CONVERGED, EDGE, MOSTLY_FAILED]
 
 
+def test_a_search_of_one_completed_trial_gets_no_edge_mark() -> None:
+    # num_samples 1 (the reference alone): a bound value was never compared with anything
+    record = {**_record(FLAT), "config": {"lr": 0.0099}, "space": {"lr": LR_LOG}}
+    assert [m.mark for m in cell_marks({**record, "n_trials": 1, "n_failed": 0})] == []
+    assert [m.mark for m in cell_marks({**record, "n_trials": 3, "n_failed": 2})] == [MOSTLY_FAILED]
+    assert [m.mark for m in cell_marks({**record, "n_trials": 2, "n_failed": 0})] == [EDGE]
+    assert [m.mark for m in cell_marks({k: v for k, v in record.items() if k != "n_trials"})] == [EDGE]
+
+
 # ----------------------------------------------------------------------------------------- report
 
 

@@ -20,7 +20,10 @@
                    log-uniform): the search may have stopped short of a better value outside it.
                    Categorical keys are never marked, nor integer ranges of fewer than
                    MIN_INT_VALUES values (solver_steps in [1, 4]): their ends are a quarter or
-                   more of the choices each, so sitting there says nothing about the range.
+                   more of the choices each, so sitting there says nothing about the range. Nor
+                   is a search whose trials completed fewer than two (num_samples 1: the
+                   reference alone, as the reproduction profiles run it): it compared nothing,
+                   so where its configuration sits in the range says nothing either.
     mostly_failed  more than FAILED_SHARE of the search's trials failed (n_failed / n_trials).
     failed         every search trial failed (the final record's status is "failed"): the cell
                    has no scores; its detail is the record's `errors`.
@@ -64,7 +67,8 @@ RULES = {
                     f"last {LAST_FRACTION:.0%} of epochs beat the earlier best by more than {IMPROVEMENT_TOL:.1%})"),
     EDGE: (f"at the edge: the best configuration lies in the outer {EDGE_FRACTION:.0%} of a searched range "
            f"(in log space for log-uniform ranges; integer ranges of fewer than {MIN_INT_VALUES} values are "
-           f"choices, never marked), so a better value may lie outside it"),
+           f"choices, never marked; nor a search of one completed trial, which compared nothing), so a better "
+           f"value may lie outside it"),
     MOSTLY_FAILED: f"mostly failed: more than {FAILED_SHARE:.0%} of the search's trials failed",
     FAILED: "failed: every search trial failed, so the family has no scores",
     NOT_CAUSAL: ("not causal: on this per-step task the family's output at a step reads inputs after that step, "
@@ -186,6 +190,13 @@ def edge(config: dict[str, Any], space: dict[str, Any]) -> Mark | None:
     return Mark(EDGE, "; ".join(found)) if found else None
 
 
+def compared(final: dict[str, Any]) -> bool:
+    """Whether the search behind a final record compared configurations: at least two trials
+    completed (records without `n_trials` are taken to have)."""
+    n_trials = final.get("n_trials")
+    return n_trials is None or n_trials - final.get("n_failed", 0) >= 2
+
+
 def mostly_failed(n_trials: int, n_failed: int) -> Mark | None:
     """The mostly_failed mark when more than FAILED_SHARE of the trials failed, else None."""
     if n_trials <= 0 or n_failed / n_trials <= FAILED_SHARE:
@@ -211,6 +222,6 @@ def cell_marks(final: dict[str, Any], search: dict[str, Any] | None = None) -> l
     if is_failed(final):
         return [Mark(FAILED, failed_detail(final))]
     space = final.get("space") or (search or {}).get("space") or {}
-    found = [not_converged(final), edge(final.get("config", {}), space),
+    found = [not_converged(final), edge(final.get("config", {}), space) if compared(final) else None,
              mostly_failed(final.get("n_trials", 0), final.get("n_failed", 0)), not_causal(final)]
     return [m for m in found if m is not None]
