@@ -99,7 +99,8 @@ def train_seed(job: SeedJob) -> dict[str, Any]:
     from pipeline.data.contract import load_dataset
     from pipeline.errors import TrialFailedError
     from pipeline.spaces import split_config
-    from pipeline.training.loop import Trainer, TrainSettings, train_to_budget, with_patience
+    from pipeline.training.loop import Trainer, TrainSettings
+    from pipeline.training.stopping import train_to_budget, with_patience
 
     start = time.monotonic()
     try:
@@ -111,7 +112,7 @@ def train_seed(job: SeedJob) -> dict[str, Any]:
         train_cfg, model_cfg = split_config(job.config)
         trainer = Trainer(job.family, model_cfg, TrainSettings(**with_patience(train_cfg, job.patience)), data,
                           job.seed, job.device, job.epochs, job.min_steps)
-        # the final stage's own stopping rules (pipeline.training.loop.train_to_budget), without its MLflow logging
+        # the final stage's own stopping rules (pipeline.training.stopping.train_to_budget), without its MLflow logging
         run = train_to_budget(trainer, job.epochs, job.time_limit_s, data.meta.mode)
         trainer.model.load_state_dict(run.best_state)
         val, test = trainer.evaluate("val"), trainer.evaluate("test")

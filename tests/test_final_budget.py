@@ -18,7 +18,7 @@ from pipeline.errors import ConfigError
 from pipeline.final.stage import final, stopping
 from pipeline.stores.paths import final_result_path, processed_dir, search_result_path
 from pipeline.training.budget import MIN_STEPS
-from pipeline.training.loop import train_to_budget
+from pipeline.training.stopping import train_to_budget
 from tests.conftest import default_params, write_params
 
 # A small CfC (Hasani et al. 2022, Table S1's optimiser and schedule) that trains in well under a

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 import ray
+import torch
 
 from pipeline.config import FinalParams, SearchParams, XorParams, load_params
 from pipeline.data.contract import Dataset, load_dataset, save_dataset
 from pipeline.data.kinds.xor import build as build_xor
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, TrialFailedError
 from pipeline.final.stage import final
 from pipeline.reporting.marks import MIN_STEPS, NOT_CONVERGED, cell_marks
 from pipeline.spaces import load_space
@@ -21,7 +22,8 @@ from pipeline.stores.paths import processed_dir, search_result_path
 from pipeline.sweep.search import search
 from pipeline.config.params import MAX_STEPS
 from pipeline.training.budget import batches_per_pass, passes_per_epoch, steps_per_epoch
-from pipeline.training.loop import Trainer, TrainSettings, train_to_budget
+from pipeline.training.loop import Trainer, TrainSettings
+from pipeline.training.stopping import train_to_budget
 from pipeline.training.selection import LOSS_PROGRESS, lowers_loss, progressed
 from tests.conftest import REPO, default_params, write_params
 from tests.test_final_budget import CONFIG as FINAL_CONFIG
@@ -75,6 +77,18 @@ def test_a_real_trainer_counts_its_steps_and_never_batches_above_the_split(root:
     assert again.steps == 20 and again.lowest_val_loss == trainer.lowest_val_loss
 
 
+def test_a_non_finite_gradient_with_a_finite_loss_fails_before_the_update(root: Path) -> None:
+    data = load_dataset(processed_dir(root, "tiny"))
+    trainer = _trainer(CONFIG, data, epochs=2)
+    before = trainer.weights()
+    # the gradient of one real parameter made inf in backward, as an exploding recurrence makes it
+    next(trainer.model.parameters()).register_hook(lambda g: torch.full_like(g, float("inf")))
+    with pytest.raises(TrialFailedError, match=r"non-finite gradient \(norm inf\) at epoch 1, step 1, with a "
+                                               r"finite training loss [0-9.]+: exploding gradients.*`grad_clip` cannot"):
+        trainer.train_epoch()
+    assert all(torch.equal(before[k], v) for k, v in trainer.weights().items())  # no update was made
+
+
 # ------------------------------------------------------------------------- early stopping's rule
 
 
@@ -93,7 +107,7 @@ def test_a_trainer_whose_metric_is_stuck_goes_on_while_its_validation_loss_falls
     monkeypatch.setattr(Trainer, "evaluate_with_loss", lambda self, split: (0.75, next(losses)))
     data = load_dataset(processed_dir(root, "tiny"))
     trainer = _trainer({**CONFIG, "patience": 3}, data, epochs=10)
-    run = train_to_budget(trainer, 10, None, "max")
+    run = train_to_budget(trainer, 10, None, "max", min_steps=0)  # the rule alone, without the step floor
     # a metric-only patience would have stopped at epoch 4; the loss moved until epoch 6
     assert (run.stop, len(run.curve), run.best_epoch) == ("patience", 9, 6)
 
@@ -149,14 +163,16 @@ def _searched(root: Path, config: dict) -> None:
 
 
 def test_a_tiny_dataset_with_large_batches_and_short_patience_is_marked_not_converged(root: Path) -> None:
-    """The issue's case: 36 training series at batch 256 (one step an epoch), patience 2, no floor."""
+    """The issue's case: 36 training series at batch 256 (one step an epoch), patience 2, no floor on
+    the epochs' steps: 30 epochs are 30 steps, fewer than patience may stop before (MIN_STEPS), so
+    every seed runs its 30 epochs and is still short."""
     _searched(root, CONFIG)
     try:
         record = final(root, "tiny", "cfc", FinalParams(seeds=[1, 2, 3], epochs=30, patience=2, min_steps=1))
     finally:
         ray.shutdown()
     for seed in record["seeds"]:
-        assert seed["steps_per_epoch"] == 1 and seed["steps"] == seed["epochs_trained"] < MIN_STEPS
+        assert seed["steps_per_epoch"] == 1 and seed["steps"] == seed["epochs_trained"] == 30 < MIN_STEPS
         assert len(seed["train_loss_curve"]) == len(seed["val_loss_curve"]) == seed["epochs_trained"]
     [mark] = [m for m in cell_marks(record) if m.mark == NOT_CONVERGED]
     assert mark.detail.startswith("3 of 3 seeds not converged (3 trained fewer than 100 steps")

@@ -19,7 +19,8 @@ from pipeline.runtime.interrupts import deferred
 from pipeline.spaces import split_config
 from pipeline.stores.schema import DATA_PROVENANCE
 from pipeline.sweep.context import local_dataset
-from pipeline.training.loop import Trainer, TrainSettings, device_for, train_to_budget, with_patience
+from pipeline.training.loop import Trainer, TrainSettings, device_for
+from pipeline.training.stopping import train_to_budget, with_patience
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import copy
 import math
 import os
 import time
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -16,15 +16,15 @@ from pipeline.data.contract import Dataset, Meta
 from pipeline.data.inputs import load_inputs
 from pipeline.errors import ConfigError, TrialFailedError
 from pipeline.training.metrics import score
-from pipeline.training.budget import MIN_STEPS, batches_per_pass, effective_batch, passes_per_epoch
+from pipeline.training.budget import batches_per_pass, effective_batch, passes_per_epoch
 from pipeline.training.selection import beats, is_better, lowers_loss, progressed
 from pipeline.models import SequenceModel, get_model_class
 from pipeline.models.base import later_steps_problem
 from pipeline.models.blocks.embedding import EMBED_DIM, TokenEmbedded, check_token_family
 from pipeline.config.protocol import TrainSettings, class_weights, make_optimizer, make_scheduler, per_batch
 
-__all__ = ["BudgetedRun", "TimeLimitReached", "TrainSettings", "Trainer", "beats", "build_model", "device_for", "is_better",
-           "loss_fn", "train_to_budget", "with_patience"]
+__all__ = ["TimeLimitReached", "TrainSettings", "Trainer", "beats", "build_model", "device_for", "is_better",
+           "loss_fn"]
 
 
 class TimeLimitReached(Exception):
@@ -192,12 +192,30 @@ class Trainer:
             raise TrialFailedError(f"non-finite training loss {batch_loss} at epoch {self.epoch + 1}")
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        self._check_gradients(batch_loss)
         if self.settings.grad_clip > 0:  # on the already averaged gradient: the same clip as one process
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
         self.optimizer.step()
         if self.scheduler is not None and per_batch(self.settings):
             self.scheduler.step()
         return batch_loss
+
+    def _check_gradients(self, batch_loss: float) -> None:
+        """Fail the run, before the optimiser step, when the gradient is not finite although the
+        loss was: an update would make every weight NaN, and the run would otherwise fail only at
+        the next step's loss, naming the wrong cause. (Seen with ode_rnn_tw at lr 0.01 on OSULeaf's
+        427-step series: a gradient grown to inf back through the recurrence; clipping cannot help,
+        the norm of an inf gradient is inf.) After DDP's reduction every rank holds the same
+        gradient, so every rank decides alike."""
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if not grads:
+            return
+        norm = float(torch.nn.utils.get_total_norm(grads))
+        if not math.isfinite(norm):
+            raise TrialFailedError(
+                f"non-finite gradient (norm {norm}) at epoch {self.epoch + 1}, step {self.steps + 1}, with a finite "
+                f"training loss {batch_loss:.4g}: exploding gradients (long series, a high lr); a lower `lr` or "
+                f"fewer solver steps per series may help, `grad_clip` cannot")
 
     def _loss_terms(self, idx: torch.Tensor) -> int:
         """How many terms loss_fn averages over for samples `idx`: observed steps when per-step."""
@@ -335,69 +353,3 @@ def deterministic_cuda() -> None:
 def device_for(gpus: float) -> str:
     """CUDA when the run was given a GPU share (Ray sets CUDA_VISIBLE_DEVICES to it), else CPU."""
     return "cuda" if gpus > 0 and torch.cuda.is_available() else "cpu"
-
-
-def with_patience(train_cfg: dict[str, Any], patience: int | None) -> dict[str, Any]:
-    """The training keys with early stopping after `patience` epochs, unless the configuration
-    sets its own `patience` (a family's paper protocol keeps it) or `patience` is None."""
-    if patience is None or train_cfg.get("patience"):
-        return train_cfg
-    return {**train_cfg, "patience": patience}
-
-
-class BudgetedRun(NamedTuple):
-    """What train_to_budget returns: per epoch the validation metric (`curve`), training seconds,
-    mean training loss and validation loss; the best epoch's weights and its 1-based number; why
-    training stopped ("patience", "max_epochs" or "time_limit"); the optimiser steps taken and
-    those of one epoch."""
-    curve: list[float]
-    seconds: list[float]
-    best_state: dict[str, Any] | None
-    best_epoch: int
-    stop: str
-    train_losses: list[float] = []
-    val_losses: list[float] = []
-    steps: int = 0
-    steps_per_epoch: int = 0
-
-
-def train_to_budget(trainer: Trainer, epochs: int, time_limit_s: float | None, mode: str,
-                    on_epoch: Callable[[dict[str, float]], None] | None = None,
-                    min_steps: int = MIN_STEPS) -> BudgetedRun:
-    """Train until early stopping, `epochs` or the wall-clock cap, whichever comes first, keeping
-    the weights of the best validation epoch: the best metric, and among epochs that tie on it
-    the lowest validation loss (`beats`). Early stopping (`patience`) counts epochs without
-    progress: neither a better metric nor a lower loss (selection.PROGRESS_RULE), and never ends a
-    run before `min_steps` optimiser steps (budget.MIN_STEPS: what the not-converged rule calls
-    trained). `on_epoch` receives each epoch's metrics.
-
-    The cap is checked before each epoch against the slowest epoch so far (training and
-    validation), so training stops before it would run past `time_limit_s`, never midway; the
-    first epoch always runs."""
-    curve: list[float] = []
-    seconds: list[float] = []
-    train_losses: list[float] = []
-    val_losses: list[float] = []
-    best, best_state, best_epoch, slowest = None, None, 0, 0.0
-    started = time.monotonic()
-    def outcome(stop: str) -> BudgetedRun:
-        return BudgetedRun(curve, seconds, best_state, best_epoch, stop, train_losses, val_losses,
-                           trainer.steps, trainer.steps_per_epoch)
-
-    while trainer.epoch < epochs:
-        if time_limit_s is not None and curve and time.monotonic() - started + slowest > time_limit_s:
-            return outcome("time_limit")
-        epoch_start = time.monotonic()
-        m = trainer.run_epoch()
-        slowest = max(slowest, time.monotonic() - epoch_start)
-        if on_epoch is not None:
-            on_epoch(m)
-        curve.append(m["val_metric"])
-        seconds.append(m["epoch_seconds"])
-        train_losses.append(m.get("train_loss"))
-        val_losses.append(m.get("val_loss"))
-        if beats(m["val_metric"], m.get("val_loss"), best, mode):
-            best, best_state, best_epoch = (m["val_metric"], m.get("val_loss")), trainer.weights(), len(curve)
-        if trainer.stopped_early and trainer.steps >= min_steps:  # `patience` epochs without progress
-            return outcome("patience")
-    return outcome("max_epochs")
