@@ -8,5 +8,5 @@ of its space, mostly failed searches, failed cells) and `ctsweep status`, which 
 marks back from reports/metrics.json, and `ctsweep compare`, which names the first difference
 between two project roots' results (compare.py). `promote` uses the same marks to refuse a candidate.
 
-Imports: errors, stores, config.
+Imports: errors, stores, config, training (budget.MIN_STEPS, the step floor the not-converged rule shares with training).
 """
