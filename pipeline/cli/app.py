@@ -2,45 +2,22 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import typer
 
 from pipeline.config import Params, dataset_params, load_params
-from pipeline.errors import ConfigError, CtsweepError
-from pipeline.runtime.interrupts import Interrupted, handle_signals, stop_message
+from pipeline.errors import ConfigError
 from pipeline.names import check_name
 from pipeline.stores.paths import processed_dir, project_root, raw_dir, raw_lock_path
+from pipeline.cli.postgres_commands import postgres_app
+from pipeline.cli.stage import ROOT, stage as _stage
 
 app = typer.Typer(help="Hyperparameter search for continuous-time sequence models: "
                        "prepare -> search -> final -> report -> promote.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
-
-ROOT = typer.Option(None, "--root", help="Project root holding params.yaml (default: working directory).")
-
-
-def _stage(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn a CtsweepError into one line on stderr and exit status 2, without a traceback; and
-    SIGINT / SIGTERM into a clean stop with exit status 128 + the signal (130, 143)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            with handle_signals():
-                return fn(*args, **kwargs)
-        except CtsweepError as exc:
-            typer.echo(f"ctsweep: error: {exc}", err=True)
-            raise typer.Exit(2) from None
-        except (Interrupted, KeyboardInterrupt) as exc:
-            stop = exc if isinstance(exc, Interrupted) else Interrupted(2)
-            typer.echo(f"ctsweep: {stop_message(stop)}", err=True)  # what it had written, if anything
-            raise typer.Exit(stop.exit_code) from None
-
-    return wrapper
-
 
 def _names(**given: str) -> None:
     """Dataset and family arguments are names, never paths: checked before anything else runs."""
@@ -389,6 +366,9 @@ def new_family_command(
     if (base / "dvc.yaml").is_file() and base / "dvc.yaml" not in written:
         typer.echo(f"dvc.yaml: make sure the {' and '.join(MODEL_STAGES)} stages list {PACKAGE} under `deps`, so "
                    f"`dvc repro` reruns them when your model changes")
+
+
+app.add_typer(postgres_app, name="postgres")
 
 
 def main() -> None:

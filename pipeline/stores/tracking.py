@@ -35,6 +35,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.errors import CtsweepError
+from pipeline.stores.postgres import check_url, masked
 
 PARENT_TAG = "mlflow.parentRunId"
 # Set on every run start_run creates: "parent" (a search or a final evaluation) or "child" (a
@@ -142,7 +143,7 @@ def _open(uri: str) -> None:
             MlflowClient(uri).search_experiments(max_results=1)
     except (MlflowException, SQLAlchemyError) as exc:  # unwritable folder, unsupported URI, old schema
         message = exc.message if isinstance(exc, MlflowException) else str(exc).splitlines()[0]
-        raise CtsweepError(f"MLflow tracking store {uri} cannot be opened: {message}") from exc
+        raise CtsweepError(f"MLflow tracking store {masked(uri)} cannot be opened: {message}") from exc
 
 
 def ensure_store(uri: str) -> None:
@@ -151,7 +152,9 @@ def ensure_store(uri: str) -> None:
     SQLite: create the file (and its folder) and its schema once, under a file lock, so that
     neither trials nor concurrent drivers race on the migration. http(s): check the server
     answers GET /health within HEALTH_TIMEOUT_S; raises CtsweepError naming the URI if not.
-    databricks: nothing to check here. Other databases: open them once (creates the schema).
+    databricks: nothing to check here. Other databases: open them once (creates the schema);
+    PostgreSQL is first connected to within seconds (a ConfigError naming MLFLOW_TRACKING_URI and
+    what failed), since MLflow retries an unreachable database for about two minutes.
     """
     scheme = _scheme(uri)
     if scheme in ("http", "https"):
@@ -166,6 +169,8 @@ def ensure_store(uri: str) -> None:
         except OSError as exc:  # the folder cannot be created or written
             raise CtsweepError(f"MLflow tracking store {uri}: cannot write {path.parent}: {exc}") from exc
     else:
+        if scheme.split("+")[0] in ("postgresql", "postgres"):  # MLflow itself would retry for 2 minutes
+            check_url(uri, "MLFLOW_TRACKING_URI")
         _open(uri)
 
 

@@ -28,6 +28,7 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from pipeline.errors import ConfigError
 from pipeline.names import shown
+from pipeline.stores.postgres import check_url
 
 MIN_TRIALS = 3  # fANOVA on two points says nothing
 
@@ -54,8 +55,9 @@ def check_optuna_storage(root: Path, value: str) -> str:
     """`storage_url(root, value)`, checked before Ray starts by opening it, so a bad storage fails
     now and not when the search's study is copied at its end. An SQLite file must be an SQLite
     database (or not exist yet) in an existing writable folder: its header is read, nothing is
-    created. Any other URL is connected to (at most _CONNECT_TIMEOUT_S for PostgreSQL and MySQL).
-    Refusals are one-line ConfigErrors naming the key; a password is never echoed."""
+    created. A PostgreSQL URL is connected to and sent SELECT 1 (stores/postgres.py: check_url, at
+    most 5 s), any other URL connected to (at most _CONNECT_TIMEOUT_S for MySQL). Refusals are
+    one-line ConfigErrors naming the key and what failed; a password is never echoed."""
     from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
 
@@ -70,6 +72,9 @@ def check_optuna_storage(root: Path, value: str) -> str:
                           f"{_OPTUNA_ALLOWED}") from None
     if backend == "sqlite":
         _check_sqlite_file(parsed.database, parsed.render_as_string(hide_password=True))
+        return url
+    if backend == "postgresql":  # what failed, in words: nothing listening, wrong password, no such database
+        check_url(url, _OPTUNA_KEY)
         return url
     safe = parsed.render_as_string(hide_password=True)
     engine = None
