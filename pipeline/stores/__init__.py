@@ -8,7 +8,8 @@
     staleness.py    which of a stage's outputs are still current (code, params, data digests)
     ray_storage.py  `search.storage_path`, where Ray Tune keeps experiment checkpoints
     tracking.py     MLflow: the store, experiments, runs and their tags, retries on a locked SQLite
-    postgres.py     the project's own PostgreSQL (start, stop, its password file); postgresql:// URLs checked
+    postgres.py     the project's own PostgreSQL (start, stop, its password file)
+    database_url.py postgresql:// URLs checked before Ray starts (one line, the password masked)
 
 Imports: errors, names, runtime.
 """

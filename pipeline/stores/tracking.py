@@ -35,7 +35,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.errors import CtsweepError
-from pipeline.stores.postgres import check_url, masked
+from pipeline.stores.database_url import check_url, masked
 
 PARENT_TAG = "mlflow.parentRunId"
 # Set on every run start_run creates: "parent" (a search or a final evaluation) or "child" (a

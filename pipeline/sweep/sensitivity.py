@@ -28,7 +28,7 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from pipeline.errors import ConfigError
 from pipeline.names import shown
-from pipeline.stores.postgres import check_url
+from pipeline.stores.database_url import check_url
 
 MIN_TRIALS = 3  # fANOVA on two points says nothing
 
