@@ -77,14 +77,16 @@ def test_a_real_trainer_counts_its_steps_and_never_batches_above_the_split(root:
     assert again.steps == 20 and again.lowest_val_loss == trainer.lowest_val_loss
 
 
-def test_a_non_finite_gradient_with_a_finite_loss_fails_before_the_update(root: Path) -> None:
+@pytest.mark.parametrize("grad_clip", [1.0, 0.0])  # clipped or not: the norm is checked either way
+def test_a_non_finite_gradient_with_a_finite_loss_fails_before_the_update(root: Path, grad_clip: float) -> None:
     data = load_dataset(processed_dir(root, "tiny"))
-    trainer = _trainer(CONFIG, data, epochs=2)
+    trainer = _trainer({**CONFIG, "grad_clip": grad_clip}, data, epochs=2)
     before = trainer.weights()
     # the gradient of one real parameter made inf in backward, as an exploding recurrence makes it
     next(trainer.model.parameters()).register_hook(lambda g: torch.full_like(g, float("inf")))
     with pytest.raises(TrialFailedError, match=r"non-finite gradient \(norm inf\) at epoch 1, step 1, with a "
-                                               r"finite training loss [0-9.]+: exploding gradients.*`grad_clip` cannot"):
+                                               r"finite training loss [0-9.]+: exploding gradients.*"
+                                               r"a lower `lr` may help, `grad_clip` cannot"):
         trainer.train_epoch()
     assert all(torch.equal(before[k], v) for k, v in trainer.weights().items())  # no update was made
 

@@ -192,30 +192,32 @@ class Trainer:
             raise TrialFailedError(f"non-finite training loss {batch_loss} at epoch {self.epoch + 1}")
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        self._check_gradients(batch_loss)
-        if self.settings.grad_clip > 0:  # on the already averaged gradient: the same clip as one process
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
+        self._clip_and_check_gradients(batch_loss)
         self.optimizer.step()
         if self.scheduler is not None and per_batch(self.settings):
             self.scheduler.step()
         return batch_loss
 
-    def _check_gradients(self, batch_loss: float) -> None:
-        """Fail the run, before the optimiser step, when the gradient is not finite although the
-        loss was: an update would make every weight NaN, and the run would otherwise fail only at
-        the next step's loss, naming the wrong cause. (Seen with ode_rnn_tw at lr 0.01 on OSULeaf's
-        427-step series: a gradient grown to inf back through the recurrence; clipping cannot help,
-        the norm of an inf gradient is inf.) After DDP's reduction every rank holds the same
-        gradient, so every rank decides alike."""
+    def _clip_and_check_gradients(self, batch_loss: float) -> None:
+        """Clip the gradient to `grad_clip` (when > 0; on the already averaged gradient: the same
+        clip as one process), and fail the run before the optimiser step when its norm is not
+        finite although the loss was: the update would make the weights NaN, and the run would
+        otherwise fail only at the next step's loss, naming the wrong cause. Seen with ode_rnn_tw on
+        GunPoint (150 steps) and OSULeaf (427): a gradient beyond float32 back through the
+        recurrence, with a bounded forward pass; clipping cannot help, the norm itself is inf or
+        NaN. After DDP's reduction every rank holds the same gradient, so every rank decides alike."""
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         if not grads:
             return
-        norm = float(torch.nn.utils.get_total_norm(grads))
+        if self.settings.grad_clip > 0:  # the norm before clipping, computed once
+            norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip))
+        else:
+            norm = float(torch.nn.utils.get_total_norm(grads))
         if not math.isfinite(norm):
             raise TrialFailedError(
                 f"non-finite gradient (norm {norm}) at epoch {self.epoch + 1}, step {self.steps + 1}, with a finite "
-                f"training loss {batch_loss:.4g}: exploding gradients (long series, a high lr); a lower `lr` or "
-                f"fewer solver steps per series may help, `grad_clip` cannot")
+                f"training loss {batch_loss:.4g}: exploding gradients through the sequence (long series, a high "
+                f"lr); a lower `lr` may help, `grad_clip` cannot")
 
     def _loss_terms(self, idx: torch.Tensor) -> int:
         """How many terms loss_fn averages over for samples `idx`: observed steps when per-step."""
