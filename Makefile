@@ -67,7 +67,7 @@ optuna-dashboard: install
 # `make postgres` prints) and proxies artifacts into ./mlartifacts, so clients need no shared
 # disk. Bound to 127.0.0.1 unless MLFLOW_HOST says otherwise; see the README before binding it
 # wider (MLFLOW_SERVER_OPTS="--allowed-hosts head:5000" and so on). A postgresql:// backend is
-# connected to first: one line saying what failed instead of MLflow's minutes of retries. The
+# connected to first: one line saying what failed instead of MLflow's retries. The
 # command is not echoed: a URL may hold a password (the one `make postgres` prints does not).
 MLFLOW_HOST ?= 127.0.0.1
 MLFLOW_PORT ?= 5000

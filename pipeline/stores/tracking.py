@@ -154,7 +154,7 @@ def ensure_store(uri: str) -> None:
     answers GET /health within HEALTH_TIMEOUT_S; raises CtsweepError naming the URI if not.
     databricks: nothing to check here. Other databases: open them once (creates the schema);
     PostgreSQL is first connected to within seconds (a ConfigError naming MLFLOW_TRACKING_URI and
-    what failed), since MLflow retries an unreachable database for about two minutes.
+    what failed), since MLflow retries an unreachable database (10 attempts with back-off).
     """
     scheme = _scheme(uri)
     if scheme in ("http", "https"):
@@ -169,7 +169,7 @@ def ensure_store(uri: str) -> None:
         except OSError as exc:  # the folder cannot be created or written
             raise CtsweepError(f"MLflow tracking store {uri}: cannot write {path.parent}: {exc}") from exc
     else:
-        if scheme.split("+")[0] in ("postgresql", "postgres"):  # MLflow itself would retry for 2 minutes
+        if scheme.split("+")[0] in ("postgresql", "postgres"):  # MLflow itself would retry, 10 times with back-off
             check_url(uri, "MLFLOW_TRACKING_URI")
         _open(uri)
 
