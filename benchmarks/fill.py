@@ -45,6 +45,7 @@ if str(ROOT) not in sys.path:  # `python benchmarks/fill.py` as well as `-m benc
 
 # Light imports only: Ray workers import this module to unpickle `synthetic_trial`.
 from benchmarks.cluster import local_tracking  # noqa: E402  (MLflow to the project's own SQLite file)
+from benchmarks.fill_report import render  # noqa: E402  (fill.md: the tables)
 from pipeline.config import AshaParams, Resources, SearchParams, XorParams  # noqa: E402
 
 DATASET = "xor_fill"
@@ -89,6 +90,10 @@ class Workload:
     trial_sigma: float = 0.3
     epoch_sigma: float = 0.15
     seed: int = 7
+    # Warm the Ray worker processes before the clock starts (local_ray): each imports what a trial
+    # imports, as a long-lived cluster's idle workers have after its first search. False: Ray's
+    # prestarted workers pay the imports in the first trials (32 processes on 2 cores here).
+    warm_workers: bool = False
 
     def params(self) -> SearchParams:
         return SearchParams(num_samples=self.num_samples, max_concurrent=self.max_concurrent, epochs=self.epochs,
@@ -212,22 +217,31 @@ def _ready() -> int:
     return os.getpid()
 
 
+def _warm() -> int:
+    """_ready, after importing what a trial imports: the trial code, and torch, MLflow and Ray
+    Tune with it (this module's own imports are light)."""
+    import pipeline.sweep.trial  # noqa: F401
+
+    return _ready()
+
+
 @contextlib.contextmanager
-def local_ray(slots: int, gpus: int = 0) -> Iterator[float]:
+def local_ray(slots: int, gpus: int = 0, warm: bool = False) -> Iterator[float]:
     """A local Ray of this run's own declaring `slots` logical CPUs (benchmarks.cluster.ray_for_run's
     options, whatever RAY_ADDRESS says: the point is a 32-slot head on this machine); yields its
     start-up seconds. The driver's ray_session finds it initialised and uses it.
 
     Start-up lasts until `slots` worker processes answer: Ray starts one per logical CPU when the
     driver connects, and on a small machine their start would otherwise load the first searches.
-    `gpus`: GPUs it declares (benchmarks.gpu), physical or, without a CUDA device, logical."""
+    `gpus`: GPUs it declares (benchmarks.gpu), physical or, without a CUDA device, logical.
+    `warm`: every worker also imports what a trial imports first (Workload.warm_workers)."""
     import ray
 
     start = time.perf_counter()
     ray.init(address="local", num_cpus=slots, num_gpus=gpus, include_dashboard=False,
              log_to_driver=bool(os.environ.get("CTSWEEP_RAY_LOGS")), configure_logging=False)
     try:
-        ready = ray.remote(num_cpus=1)(_ready)
+        ready = ray.remote(num_cpus=1)(_warm if warm else _ready)
         ray.get([ready.remote() for _ in range(slots)])
         yield time.perf_counter() - start
     finally:
@@ -249,18 +263,30 @@ def environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def run_mode(work: Path, label: str, workload: Workload) -> dict[str, Any]:
-    """One mode (MODES) in its own project and Ray: every search through the real driver, timed."""
+@contextlib.contextmanager
+def sqlite_stores(root: Path) -> Iterator[tuple[dict[str, str], dict[str, Any]]]:
+    """The project's own SQLite files for MLflow and Optuna (the defaults): no environment or
+    `search` settings to change. benchmarks/fill_stores.py has the PostgreSQL alternative."""
+    with local_tracking():
+        yield {}, {}
+
+
+def run_mode(work: Path, label: str, workload: Workload, stores: Any = sqlite_stores,
+             driver: tuple[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    """One mode (MODES, or `driver`: (driver, environment)) in its own project and Ray: every
+    search through the real driver, timed. `stores(root)`: a context manager yielding the MLflow
+    and Optuna stores' (environment, `search` settings) for the run (sqlite_stores by default)."""
     from pipeline.stores import tracking
     from pipeline.sweep.search import search, search_many
 
-    driver, env = MODES[label]
+    driver, env = driver or MODES[label]
     sequential = driver == "sequential"
     env = {k: str(workload.slots) if v == "slots" else v for k, v in env.items()}
     root = new_project(work, label, workload)
-    p = workload.params()
     load_start = load_average()
-    with local_tracking(), local_ray(workload.slots) as ray_startup_s, environment(env):
+    with stores(root) as (store_env, store_params), environment(store_env), \
+            local_ray(workload.slots, warm=workload.warm_workers) as ray_startup_s, environment(env):
+        p = workload.params().model_copy(update=store_params)
         tracking.experiment_id(root, DATASET)  # the store, created before the clock starts (as cluster.py)
         calls = []
         t0 = time.time()
@@ -275,7 +301,8 @@ def run_mode(work: Path, label: str, workload: Workload) -> dict[str, Any]:
         t1 = time.time()
         workers = worker_processes_started()
     busy = [json.loads(f.read_text()) for f in sorted((root / BUSY_DIR).glob("*.json"))]
-    out = {"mode": label, "sequential": sequential, "environment": env, "ray_startup_s": ray_startup_s, "calls": calls,
+    out = {"mode": label, "sequential": sequential, "environment": env, "stores": stores.__name__,
+           "ray_startup_s": ray_startup_s, "calls": calls,
            "worker_processes_started": workers,
            "load_average": [load_start, load_average()], **summarise(busy, records, t0, t1, workload)}
     print(f"  {label}: wall {out['wall_s']:.1f} s, fill {out['fill']:.3f}, {out['n_trials']} trials",
@@ -394,107 +421,35 @@ def machine() -> dict[str, Any]:
     return describe("cpu", 1)
 
 
-def _s(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
-
-
-def render(report: dict[str, Any]) -> str:
-    """The report as Markdown (benchmarks/results/fill.md)."""
-    m, w = report["machine"], report["workload"]
-    lines = [
-        "# Cluster fill: busy trial slots, one search after another against all at once", "",
-        *(["**QUICK SMOKE RUN: not a measurement.**", ""] if report["quick"] else []),
-        f"{m['date']} · {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB · Ray {m['ray']} · Optuna "
-        f"{m['optuna']} · MLflow {m['mlflow']} (SQLite) · Python {m['python']} · commit {m.get('git_commit')} · "
-        f"total {report['total_seconds']:.0f} s · load average (1 min) at start, end: {m['load_average']}", "",
-        f"A local Ray head declaring {w['slots']} logical CPUs (trials ask cpu 1: {w['slots']} slots). "
-        f"{len(w['families'])} families x {w['num_samples']} trials, epochs {w['epochs']} (ASHA grace "
-        f"{w['grace_period']}, reduction {w['reduction_factor']:g}), max_concurrent {w['max_concurrent']} per "
-        f"family, round_size {w.get('round_size', 'none: before rounds')}, n_startup_trials "
-        f"{w['n_startup_trials']}. Trials sleep instead of training: per-epoch "
-        f"median per family {w['medians']} s (lognormal around {w['epoch_s']} s, log-sd {w['family_sigma']}, "
-        f"clipped to [{w['epoch_min_s']}, {w['epoch_max_s']}]), times a per-trial lognormal factor (log-sd "
-        f"{w['trial_sigma']}) and a per-epoch one (log-sd {w['epoch_sigma']}).", "",
-        "Fill = busy trial time / (slots x wall); busy = trial function entry to exit; wall = first search "
-        "call to last return (Ray start-up excluded).", "",
-    ]
-    rows = [r for r in report["modes"] if "datasets" not in r]  # the one-dataset modes
-    if rows:
-        lines += _tables(rows, w)
-    if len(rows) < len(report["modes"]):  # several datasets: their own tables
-        from benchmarks.fill_datasets import render_lines
-
-        lines += render_lines(report)
-    lines += ["", f"Command: `{report['command']}`", ""]
-    return "\n".join(lines)
-
-
-def _tables(rows: list[dict[str, Any]], w: dict[str, Any]) -> list[str]:
-    """The one-dataset modes' three tables: fill, what the busy time was, where the idle time went."""
-    lines = ["| mode | driver | wall (s) | busy (s) | fill | trials | stopped by ASHA | failed | epochs "
-             "| load avg start, end |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for r in rows:
-        driver = "`search()` per family, in turn" if r["sequential"] else "one `search_many()`"
-        driver += "".join(f", {k}={v}" for k, v in r.get("environment", {}).items())
-        lines.append(f"| {r['mode']} | {driver} | {r['wall_s']:.1f} | {r['busy_s']:.0f} | **{r['fill']:.3f}** | "
-                     f"{r['n_trials']}/{r['expected_trials']} | {r['asha_stopped']} | {r['n_failed']} | "
-                     f"{r['epochs']} | {r['load_average'][0]}, {r['load_average'][1]} |")
-    lines += [
-        "", "What the busy time was, and how the slots came into use. Work fill counts the sleeps only (the "
-        "'training'); report wait is time blocked in `tune.report` until the driver asks for the next epoch; "
-        "MLflow is the trial's own run creation and metric logging. Trial processes: distinct processes that "
-        "ran a trial (Tune reuses them); new process every: median spacing of their first trials; reuse gap: "
-        "median time between one trial's end and the next one's start in the same process; Ray worker processes "
-        f"started: by the Ray instance, {w['slots']} of them at its start-up.", "",
-        "| mode | work fill | sleep (s) | report wait (s) | MLflow (s) | first trial at (s) | all slots busy at (s) "
-        "| after last trial (s) | peak running | families at once | trial processes | Ray worker processes started "
-        "| new process every (s) | reuse gap (s) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        full = "never" if r["all_slots_busy_s"] is None else f"{r['all_slots_busy_s']:.1f}"
-        lines.append(f"| {r['mode']} | {r['work_fill']:.3f} | {r['sleep_s']:.0f} | {r['report_s']:.0f} | "
-                     f"{r['mlflow_s']:.0f} | {r['first_trial_s']:.1f} | {full} | {r['after_last_trial_s']:.1f} | "
-                     f"{r['peak_running']} | {r['families_at_once']} | {r['trial_processes']} | "
-                     f"{r.get('worker_processes_started')} | {_s(r['new_process_spacing_median_s'])} | "
-                     f"{_s(r['reuse_gap_median_s'], 2)} |")
-    lines += ["", "Idle slot time (slots x wall - busy), counted per trial process: before each process's first "
-              "trial (start-up), between its trials, after its last trial (drain), and slots no process took.", "",
-              "| mode | idle (slot-s) | start-up | between trials | drain | unused slots |",
-              "|---|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        idle, parts = w["slots"] * r["wall_s"] - r["busy_s"], r.get("idle_slot_s") or {}
-        share = {k: f"{v:.0f} ({v / idle:.0%})" if idle > 0 else "–" for k, v in parts.items()}
-        lines.append(f"| {r['mode']} | {idle:.0f} | {share.get('start_up', '–')} | {share.get('between', '–')} | "
-                     f"{share.get('drain', '–')} | {share.get('unused', '–')} |")
-    return lines
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the modes (before, after by default); returns the report written to fill.json."""
-    from benchmarks import fill_datasets  # the modes over several datasets (it imports this module)
+    from benchmarks import fill_datasets, fill_stores  # the modes over several datasets, over the stores
 
-    known = [*MODES, *fill_datasets.MODES]
+    known = [*MODES, *fill_datasets.MODES, *fill_stores.MODES]
     ap = argparse.ArgumentParser(prog="benchmarks.fill", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke run: 3 families x 4 trials on 4 slots")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--modes", default="before,after",
                     help=f"comma-separated, run in this order; of {', '.join(known)}")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (projects, MLflow, busy files)")
+    ap.add_argument("--workload", choices=("default", "long"), default="default",
+                    help="long: trials of 30 s and more on warm workers (benchmarks/fill_stores.py)")
     ap.add_argument("--round-size", type=int, default=None, help="trials per round of a family's study "
                     "(default: the workload's, 4; 2 on --quick)")
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.replace(" ", "").split(",") if m]
     if not modes or any(m not in known for m in modes):
         ap.error(f"--modes {args.modes!r}: expected names of {', '.join(known)}")
-    workload = QUICK if args.quick else Workload()
+    workload = QUICK if args.quick else fill_stores.LONG if args.workload == "long" else Workload()
+    if args.quick and args.workload == "long":  # the smoke run's sizes, the long workload's warm workers
+        workload = replace(QUICK, warm_workers=True)
     if args.round_size is not None:
         workload = replace(workload, round_size=args.round_size)
     start, load_start = time.perf_counter(), load_average()
     work = Path(tempfile.mkdtemp(prefix="ctsweep-bench-fill-")).resolve()
     try:
         results = [fill_datasets.run_mode(work, mode, workload, args.quick) if mode in fill_datasets.MODES
+                   else fill_stores.run_mode(work, mode, workload) if mode in fill_stores.MODES
                    else run_mode(work, mode, workload) for mode in modes]
     finally:
         if not args.keep:

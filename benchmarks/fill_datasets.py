@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import fill
+from benchmarks import fill, fill_report
 from benchmarks.cluster import local_tracking
 
 MODES = {"datasets-serial": "serial", "datasets-shared": "shared"}
@@ -192,9 +192,9 @@ def render_lines(report: dict[str, Any]) -> list[str]:
               "|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         for d in r["per_dataset"]:
-            lines.append(f"| {r['mode']} | {d['dataset']} | {d['trials']} | {fill._s(d['first_trial_s'])} | "
-                         f"{fill._s(d['last_trial_end_s'])} | {fill._s(d.get('call_wall_s'))} | "
-                         f"{fill._s(d.get('call_fill'), 3)} |")
+            lines.append(f"| {r['mode']} | {d['dataset']} | {d['trials']} | {fill_report._s(d['first_trial_s'])} | "
+                         f"{fill_report._s(d['last_trial_end_s'])} | {fill_report._s(d.get('call_wall_s'))} | "
+                         f"{fill_report._s(d.get('call_fill'), 3)} |")
     lines += ["", "Trials running, sampled every step from the first call (of the slots):", ""]
     for r in rows:
         lines.append(f"- {r['mode']}, every {r['timeline_step_s']:.1f} s: `{' '.join(map(str, r['timeline']))}`")

@@ -1,4 +1,5 @@
-"""Real processes for the cluster tests: Ray nodes started with `ray start` and an `mlflow server`.
+"""Real processes for the cluster tests: Ray nodes started with `ray start`, an `mlflow server`
+and the project's own PostgreSQL (pipeline/stores/postgres.py).
 
 Every process is started in its own session so a test can kill exactly one node (its raylet
 and workers) or the whole cluster without touching any other Ray instance on the machine
@@ -10,27 +11,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
-from pipeline.stores import tracking
-from pipeline.errors import CtsweepError
+from pipeline.stores import postgres, tracking
+from pipeline.stores.tracking_server import TrackingServer, free_port  # noqa: F401 - free_port: for the tests
 
 BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def node_ip() -> str:
@@ -128,33 +125,16 @@ class RayCluster:
 
 
 @contextlib.contextmanager
-def mlflow_server(folder: Path, host: str = "127.0.0.1", workers: int = 2) -> Iterator[str]:
-    """`mlflow server` as `make mlflow-server` runs it (SQLite store, proxied artifacts), on a
-    free port of `host`; yields its URL once /health answers. Takes about 8 s to start."""
-    port = free_port()
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    log = folder / "server.log"
-    with open(log, "w") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
-             "--artifacts-destination", str(folder / "artifacts"), "--host", host, "--port", str(port),
-             "--workers", str(workers)],
-            stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=folder, start_new_session=True)
-    url = f"http://{host}:{port}"
+def mlflow_server(folder: Path, host: str = "127.0.0.1", workers: int = 2, backend: str | None = None
+                  ) -> Iterator[str]:
+    """`mlflow server` as `make mlflow-server` runs it (pipeline/stores/tracking_server.py), on a
+    free port of `host`: its URL for the duration (an SQLite store in `folder` unless `backend`
+    says otherwise). Takes about 8 s to start."""
+    server = TrackingServer(folder, backend, host, workers=workers)
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                tracking.ensure_store(url)
-                break
-            except CtsweepError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"mlflow server did not come up: {log.read_text()[-3000:]}")
-                time.sleep(0.3)
-        yield url
+        yield server.start()
     finally:
-        _stop(proc, grace_s=30)
+        server.stop()
 
 
 def store_client(uri: str) -> MlflowClient:
@@ -185,3 +165,36 @@ def watch(runs: Callable[[], list], condition: Callable[[list], object], action:
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
     return thread
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[postgres.Server]:
+    """The project's PostgreSQL in a temporary folder on a free port of 127.0.0.1, for a test
+    module; stopped by its PID at the end, which must leave no server process behind.
+
+    Run as root, the server runs as `nobody`, who cannot enter pytest's own temporary folders
+    (mode 0700): the data directory then goes to a fresh folder under the system's temporary directory."""
+    as_root = os.geteuid() == 0
+    base = Path(tempfile.mkdtemp(prefix="ctsweep-pg-")) if as_root else tmp_path_factory.mktemp("pg")
+    base.chmod(0o711)  # the server's user (nobody, as root) enters it; nobody lists or reads it
+    started = postgres.start(base / "pgdata", port=free_port())
+    try:
+        yield started
+    finally:
+        try:
+            assert postgres.stop(started.data) == started.pid
+            deadline = time.monotonic() + 15
+            while _alive(started.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not _alive(started.pid) and postgres.running(started.data) is None
+        finally:
+            if as_root:
+                shutil.rmtree(base, ignore_errors=True)

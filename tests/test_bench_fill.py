@@ -232,3 +232,53 @@ def test_quick_dataset_modes_through_the_real_driver(tmp_path: Path, monkeypatch
         assert "datasets-shared / datasets-serial: fill x" in (tmp_path / "fill.md").read_text()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------- the stores (fill_stores)
+
+
+def test_the_long_workload_s_shortest_trial_sleeps_30_s_on_warm_workers() -> None:
+    """Issue 33: trials of at least 30 s, as the default's take on a cluster: ASHA's first rung
+    (grace_period epochs) at the shortest epoch a family or trial can draw."""
+    from benchmarks import fill_stores
+
+    w = fill_stores.LONG
+    assert w.warm_workers and w.slots == 32
+    assert w.grace_period * w.epoch_min_s >= 30 and min(w.medians().values()) >= w.epoch_min_s
+    w.params()  # a valid `search` section
+
+
+@pytest.mark.slow
+def test_quick_store_modes_log_to_sqlite_and_through_the_server_on_postgres(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from pipeline.stores.paths import search_result_path
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(ROOT)  # Ray's workers import benchmarks.fill from the driver's working directory
+    report = fill.main(["--quick", "--workload", "long", "--modes", "sqlite,postgres", "--out", str(tmp_path),
+                        "--keep"])
+    work = Path(report["work"])
+    try:
+        w = fill.QUICK
+        assert report["workload"]["warm_workers"] is True  # the long workload's warm workers, the quick sizes
+        modes = {m["mode"]: m for m in report["modes"]}
+        assert list(modes) == ["sqlite", "postgres"]
+        assert [m["stores"] for m in modes.values()] == ["sqlite_stores", "postgres_stores"]
+        for label, m in modes.items():  # today's driver: one search_many, every trial ran once
+            assert not m["sequential"] and m["environment"] == {}
+            assert m["n_trials"] == m["expected_trials"] == len(w.families) * w.num_samples == m["n_busy_records"]
+            assert m["n_failed"] == 0 and m["families_ok"] == len(w.families)
+            assert 0 < m["fill"] <= 1
+        # Where the records went: SQLite files in the sqlite mode's project; none in the postgres
+        # mode's, whose search records name the PostgreSQL study and whose server logged no error.
+        assert (work / "sqlite" / "mlflow.db").is_file() and (work / "sqlite" / "optuna.db").is_file()
+        assert not list((work / "postgres").glob("*.db"))
+        for family in w.families:
+            record = json.loads(search_result_path(work / "postgres", fill.DATASET, family).read_text())
+            assert record["optuna_storage"].startswith("postgresql://ctsweep@127.0.0.1:")
+        assert modes["postgres"]["server_errors"] == 0
+        assert "MLflow through `mlflow server` on PostgreSQL" in (tmp_path / "fill.md").read_text()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,5 +1,6 @@
 """Searches on a real multi-node Ray cluster on this machine (`ray start` head and worker nodes
-with token authentication, an `mlflow server`): the stores a cluster cannot share are refused,
+with token authentication, an `mlflow server` over the project's PostgreSQL, the Optuna studies
+there too: the README's multi-node recipe): the stores a cluster cannot share are refused,
 requests no node can meet fail at once, a killed worker node's trial is rescheduled, and a
 killed driver's search resumes with Tuner.restore when the stage runs again."""
 
@@ -19,7 +20,7 @@ import pytest
 import ray
 from mlflow.tracking import MlflowClient
 
-from pipeline.stores import tracking
+from pipeline.stores import postgres, tracking
 from pipeline.sweep import run_lookup
 from pipeline.config import AshaParams, Resources, ResourceOverride, SearchParams, XorParams
 from pipeline.data.contract import save_dataset
@@ -27,6 +28,7 @@ from pipeline.data.kinds.xor import build as build_xor
 from pipeline.errors import ConfigError, ResourceError
 from pipeline.stores.paths import processed_dir
 from pipeline.sweep.search import search
+from tests.clusters import postgres_server  # noqa: F401 - the fixture
 from tests.clusters import RayCluster, mlflow_server, store_client, watch
 from tests.conftest import default_params, write_params
 
@@ -46,8 +48,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with mlflow_server(tmp_path_factory.mktemp("mlflow")) as url:
+def server(tmp_path_factory: pytest.TempPathFactory, postgres_server: postgres.Server) -> Iterator[str]:
+    """The multi-node recipe's tracking server (README, "Run on a Ray cluster"): `mlflow server`
+    over the project's own PostgreSQL, artifacts proxied."""
+    with mlflow_server(tmp_path_factory.mktemp("mlflow"), backend=postgres_server.url("mlflow")) as url:
         yield url
 
 
@@ -69,10 +73,18 @@ def root(project: Path, cluster: RayCluster, server: str, monkeypatch: pytest.Mo
     return project
 
 
-def _params(root: Path, **change) -> SearchParams:
-    base = dict(num_samples=2, max_concurrent=2, epochs=EPOCHS, n_startup_trials=1, max_failures=2,
-                asha=AshaParams(grace_period=EPOCHS), storage_path=str(root / "shared" / "ray_results"))
-    return SearchParams(**{**base, **change})
+@pytest.fixture
+def params(postgres_server: postgres.Server) -> Callable[..., SearchParams]:
+    """The searches' settings: the recipe's Optuna storage (the project's PostgreSQL, which the
+    driver on the head writes) and shared trial storage; `params(root, **change)`."""
+    def make(root: Path, **change) -> SearchParams:
+        base = dict(num_samples=2, max_concurrent=2, epochs=EPOCHS, n_startup_trials=1, max_failures=2,
+                    asha=AshaParams(grace_period=EPOCHS), storage_path=str(root / "shared" / "ray_results"),
+                    checkpoint_every_s=0,  # a checkpoint every epoch: the killed trials resume from one
+                    optuna_storage=postgres_server.url("optuna"))
+        return SearchParams(**{**base, **change})
+
+    return make
 
 
 def _children(uri: str, parent: str) -> list:
@@ -101,25 +113,26 @@ def _watch(uri: str, condition: Callable[[list], object], action: Callable[[obje
 
 
 def test_stores_a_cluster_cannot_share_and_impossible_requests_are_refused_at_once(
-        root: Path, server: str, worker: subprocess.Popen, monkeypatch: pytest.MonkeyPatch) -> None:
+        root: Path, server: str, worker: subprocess.Popen, params: Callable[..., SearchParams],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI")  # the default: SQLite on the head's disk
     with pytest.raises(ConfigError, match="2 nodes but the MLflow tracking store is local.*mlflow-server"):
-        search(root, "xor", "cfc", _params(root))
+        search(root, "xor", "cfc", params(root))
     assert not ray.is_initialized()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server)
     with pytest.raises(ConfigError, match="`search.storage_path` is 'ray_results', a folder on this machine"):
-        search(root, "xor", "cfc", _params(root, storage_path="ray_results"))
+        search(root, "xor", "cfc", params(root, storage_path="ray_results"))
     start = time.monotonic()
     with pytest.raises(ResourceError, match=r"`search.resources` asks for cpu=1, gpu=1.*GPU=0"):
-        search(root, "xor", "cfc", _params(root, resources=Resources(gpu=1)))
+        search(root, "xor", "cfc", params(root, resources=Resources(gpu=1)))
     with pytest.raises(ResourceError, match=r"`search.family_resources.cfc` asks for cpu=1, gpu=0 for each of 3"):
-        search(root, "xor", "cfc", _params(root, family_resources={"cfc": ResourceOverride(workers=3)}))
+        search(root, "xor", "cfc", params(root, family_resources={"cfc": ResourceOverride(workers=3)}))
     assert time.monotonic() - start < 60  # told at once, not PENDING forever
     assert not _search_parents(server)  # nothing started
 
 
 def test_a_killed_worker_node_s_trial_is_rescheduled_and_the_search_completes(
-        root: Path, cluster: RayCluster, worker: subprocess.Popen) -> None:
+        root: Path, cluster: RayCluster, worker: subprocess.Popen, params: Callable[..., SearchParams]) -> None:
     uri = os.environ["MLFLOW_TRACKING_URI"]
     killed: dict[str, object] = {}
 
@@ -136,7 +149,7 @@ def test_a_killed_worker_node_s_trial_is_rescheduled_and_the_search_completes(
         cluster.kill_node(worker)
 
     watcher = _watch(uri, on_the_worker_mid_training, kill)
-    record = search(root, "xor", "cfc", _params(root))
+    record = search(root, "xor", "cfc", params(root))
     watcher.join(timeout=5)
     assert killed, "no trial was caught on the worker node"
     assert record["n_trials"] == 2 and record["n_failed"] == 0
@@ -163,11 +176,12 @@ def _driver(root: Path) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
-def test_a_killed_driver_s_search_resumes_where_it_stopped(root: Path, worker: subprocess.Popen) -> None:
+def test_a_killed_driver_s_search_resumes_where_it_stopped(
+        root: Path, worker: subprocess.Popen, params: Callable[..., SearchParams]) -> None:
     uri = os.environ["MLFLOW_TRACKING_URI"]
     raw = default_params()
     raw.update(datasets=["xor"], families=["cfc"], prepare={"xor": {"kind": "xor", "n_train": 1600, "n_test": 50}})
-    raw["search"] = _params(root, num_samples=4, asha=AshaParams(grace_period=2)).model_dump()
+    raw["search"] = params(root, num_samples=4, asha=AshaParams(grace_period=2)).model_dump()
     write_params(root, raw)
     earlier = {r.info.run_id for r in _search_parents(uri)}  # the module's other tests share the server
     first = _driver(root)

@@ -41,7 +41,7 @@ def root(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _params(**change) -> SearchParams:
     base = dict(num_samples=1, max_concurrent=1, epochs=EPOCHS, n_startup_trials=1, max_failures=1,
-                asha=AshaParams(grace_period=EPOCHS))
+                asha=AshaParams(grace_period=EPOCHS), checkpoint_every_s=0)  # a checkpoint every epoch to resume from
     return SearchParams(**{**base, **change})
 
 
@@ -61,7 +61,10 @@ def _epochs(run) -> float:
 
 
 @pytest.mark.slow
-def test_a_sigkilled_trial_is_retried_from_its_last_checkpoint(root: Path) -> None:
+@pytest.mark.parametrize("every_s", [0, 3600], ids=["checkpoint-every-epoch", "no-checkpoint-yet"])
+def test_a_sigkilled_trial_is_retried_from_its_last_checkpoint(root: Path, every_s: float) -> None:
+    """`search.checkpoint_every_s` 0: the retry starts from the epoch last checkpointed; 3600 (no
+    checkpoint within the trial's seconds): it trains again from the start, into the same run."""
     killed: dict[str, object] = {}
 
     def mid_training(runs: list):
@@ -74,7 +77,7 @@ def test_a_sigkilled_trial_is_retried_from_its_last_checkpoint(root: Path) -> No
         os.kill(killed["pid"], signal.SIGKILL)
 
     watcher = _when(root, mid_training, kill)
-    record = search(root, "xor", "cfc", _params())
+    record = search(root, "xor", "cfc", _params(checkpoint_every_s=every_s))
     watcher.join(timeout=5)
     assert killed, "the trial finished before it could be killed"
     trial = record["trials"][0]
@@ -83,8 +86,11 @@ def test_a_sigkilled_trial_is_retried_from_its_last_checkpoint(root: Path) -> No
     run = client.get_run(killed["run_id"])
     assert run.data.tags["attempts"] == "2"
     assert int(run.data.tags["pid"]) != killed["pid"]  # a new process ...
-    resumed = int(run.data.tags["resumed_from_epoch"])
-    assert 1 <= resumed <= killed["epoch"] + 1  # ... that started from a checkpoint, not from scratch
+    if every_s == 0:
+        resumed = int(run.data.tags["resumed_from_epoch"])
+        assert 1 <= resumed <= killed["epoch"] + 1  # ... that started from a checkpoint, not from scratch
+    else:
+        assert "resumed_from_epoch" not in run.data.tags  # ... that had no checkpoint: from scratch
     steps = run_lookup.metric_steps(client, killed["run_id"], "val_metric")
     assert sorted(steps) == list(range(1, EPOCHS + 1))  # one MLflow run holds the whole curve
     assert len(_children(root, "xor")) == 1

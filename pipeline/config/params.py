@@ -123,6 +123,11 @@ class SearchParams(_Strict):
     trial_time_limit_s: float | None = Field(
         None, gt=0, le=7 * 86400, description="wall-clock limit per trial (1 s to a week; at least one epoch of "
         "the family's reference, as `ctsweep search` measures it); checked between batches")
+    checkpoint_every_s: float = Field(
+        30.0, ge=0, le=86400, description="a trial saves a checkpoint (what Ray restarts it from when its process, "
+        "its node or the driver dies) at the end of an epoch only when this many seconds have passed since its last "
+        "one (0: after every epoch; at most a day): a restarted trial trains again at most this long. Every epoch is "
+        "still reported to ASHA and logged to MLflow; data-parallel trials checkpoint every epoch")
     family_time_limit_s: dict[Name, Annotated[float, Field(gt=0, le=7 * 86400)]] = Field(
         default_factory=dict, description="per-family `trial_time_limit_s`, e.g. {ode_rnn_tw: 120} (a slow family's "
                                           "trials need more time for the same epochs)")

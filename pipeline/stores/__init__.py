@@ -10,6 +10,7 @@
     tracking.py     MLflow: the store, experiments, runs and their tags, retries on a locked SQLite
     postgres.py     the project's own PostgreSQL (start, stop, its password file)
     database_url.py postgresql:// URLs checked before Ray starts (one line, the password masked)
+    tracking_server.py  the `mlflow server` of `make mlflow-server`, started, killed, restarted from Python
 
 Imports: errors, names, runtime.
 """

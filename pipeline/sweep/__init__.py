@@ -17,7 +17,7 @@
     records       what a search's trials came to: per-trial records, their MLflow runs closed
                   with Tune's outcome, the family's record (best configuration or reasons) and
                   its Optuna study persisted
-    trial         one Tune trial: train, log to MLflow, report and checkpoint every epoch
+    trial         one Tune trial: train, log to MLflow and report every epoch, checkpoint on a clock
     context       what a trial process needs (TrialContext, the dataset as its node sees it),
                   shared by trial and distributed so that neither imports the other's module
     scheduling    Optuna's TPE searcher (ASHA-stopped trials told as PRUNED, failed ones as

@@ -37,6 +37,7 @@ class TrialContext:
     repeat: int = 0  # which repeat of the family's search (`search.repeats`); `seed` already includes it
     min_steps: int = 1  # optimiser steps over `epochs` at least (`search.min_steps`, pipeline/training/budget.py)
     data_provenance: str = ""  # meta.json's provenance, tagged on the trial's run ("": data as published)
+    checkpoint_every_s: float = 0.0  # `search.checkpoint_every_s`: seconds between a trial's checkpoints (0: every epoch)
 
     def first_epoch_too_slow(self) -> TrialFailedError:
         """The error of a trial whose first epoch outran the time limit: it names the key to raise."""

@@ -39,10 +39,11 @@ def time_limit_key(p: SearchParams, family: str) -> str:
     return f"search.family_time_limit_s.{family}" if family in p.family_time_limit_s else "search.trial_time_limit_s"
 
 
-# Where and how many trials run at once, never what they compute (issue 28: a search's results do not
-# depend on them), so changing one neither resumes a different search nor makes a result stale.
-# `resources` stays: a trial's CPU count is its torch thread count, which changes the arithmetic.
-PLACEMENT_KEYS = ("max_concurrent", "autoscaling", "max_failures", "share_datasets")
+# Where and how many trials run at once and how often they checkpoint, never what they compute (issue
+# 28: a search's results do not depend on them), so changing one neither resumes a different search
+# nor makes a result stale. `resources` stays: a trial's CPU count is its torch thread count, which
+# changes the arithmetic.
+PLACEMENT_KEYS = ("max_concurrent", "autoscaling", "max_failures", "share_datasets", "checkpoint_every_s")
 
 
 def search_fingerprint(dataset: str, family: str, p: SearchParams, space_file: Path, data_dir: Path,
@@ -145,5 +146,6 @@ def trial_contexts(root: Path, dataset: str, p: SearchParams, data_dir: Path, ex
     return {plan.key: TrialContext(dataset, plan.family, str(data_dir), p.epochs, p.trial_seed, plan.res.cpu,
                                       tracking.tracking_uri(root), exp_id, plan.parent, p.time_limit_for(plan.family),
                                       plan.res.gpu, plan.res.workers, time_limit_key(p, plan.family),
-                                      min_steps=p.min_steps, data_provenance=data_provenance)
+                                      min_steps=p.min_steps, data_provenance=data_provenance,
+                                      checkpoint_every_s=p.checkpoint_every_s)
             for plan in plans}

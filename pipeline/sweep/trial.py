@@ -1,8 +1,11 @@
-"""One search trial, as Ray Tune runs it: train, log to MLflow, report and checkpoint every epoch.
+"""One search trial, as Ray Tune runs it: train, log to MLflow and report every epoch, and save a
+checkpoint at the end of an epoch once `search.checkpoint_every_s` seconds have passed since the
+last one (0: every epoch).
 
 A trial may run more than once: Ray restarts it from its last checkpoint when its process or
 its node dies (`search.max_failures`), and `Tuner.restore` restarts the trials a killed driver
-left running. Each start finds the trial's MLflow run by its Ray trial id and carries on
+left running; what it trained since that checkpoint (at most `checkpoint_every_s` and an epoch)
+it trains again. Each start finds the trial's MLflow run by its Ray trial id and carries on
 logging into it, so a trial has one run however many processes it took. A trial that failed
 for a reason that would only repeat (a NaN loss, a solver failure, no epoch within the time
 limit) is tagged `final_failure` and fails again at once if Ray retries it.
@@ -86,7 +89,11 @@ def _restore(trainer: Trainer, client: tracking.MlflowClient, run_id: str) -> No
         tracking.set_tags(client, run_id, {"resumed_from_epoch": trainer.epoch})
 
 
-def _report(trainer: Trainer, metrics: dict[str, float], run_id: str) -> None:
+def _report(trainer: Trainer, metrics: dict[str, float], run_id: str, checkpoint: bool = True) -> None:
+    """Report the epoch to Tune, with the trainer's state as a checkpoint when `checkpoint`."""
+    if not checkpoint:
+        tune.report({**metrics, "mlflow_run_id": run_id})
+        return
     with tempfile.TemporaryDirectory() as folder:
         torch.save(trainer.state(), Path(folder) / STATE_FILE)
         tune.report({**metrics, "mlflow_run_id": run_id}, checkpoint=tune.Checkpoint.from_directory(folder))
@@ -126,12 +133,18 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
         _restore(trainer, client, run_id)
         tracking.log_params(client, run_id, {"num_params": trainer.model.num_parameters()})
         deadline = time.monotonic() + ctx.time_limit_s if ctx.time_limit_s else None
+        saved = time.monotonic()  # the last checkpoint (or the start): `search.checkpoint_every_s` counts from it
         while trainer.epoch < ctx.epochs:
             metrics = trainer.run_epoch(deadline)
             tracking.log_metrics(client, run_id, metrics, step=trainer.epoch)
             if trainer.stopped_early:  # tagged first: Tune may end this process at the report
                 tracking.set_tags(client, run_id, {"patience_stopped": "true"})
-            _report(trainer, metrics, run_id)  # Tune may end this process here; the driver closes the run
+            # A checkpoint costs a torch.save, Tune's copy into its storage and, every `num_to_keep`
+            # of them, a snapshot of the experiment: a large share of a short epoch (README, Cluster benchmark).
+            due = time.monotonic() - saved >= ctx.checkpoint_every_s
+            _report(trainer, metrics, run_id, due)  # Tune may end this process here; the driver closes the run
+            if due:
+                saved = time.monotonic()
             if trainer.stopped_early:  # `patience` epochs without progress: the trial ends as ASHA would end it
                 break
     except TimeLimitReached as exc:
