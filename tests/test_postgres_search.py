@@ -11,6 +11,9 @@ blocks meanwhile, and a retried write cannot add a point twice (pipeline/stores/
 same Metric entity logged twice is stored once). So what a trial had logged before the kill was
 acknowledged by the server, hence in PostgreSQL, and what it logs during the outage waits and
 lands after the restart: every epoch of every trial is there exactly once.
+
+The Optuna URL is given with its password typed in (the README advises the passfile URL): the
+search opens the study with it but writes it nowhere (record, MLflow params and tags: `***`).
 """
 
 from __future__ import annotations
@@ -68,11 +71,15 @@ def test_eight_trials_log_every_epoch_through_a_tracking_server_on_postgres_kill
         server.start()
         outage["down_s"] = time.monotonic() - began
 
+    # The Optuna URL with the password typed into it (the README advises the passfile URL instead):
+    # the search must still keep it out of its record, its MLflow tags and the logs.
+    password = postgres._passwords(postgres_server.data)["ctsweep"]
+    optuna_url = f"postgresql://ctsweep:{password}@127.0.0.1:{postgres_server.port}/optuna"
     client = MlflowClient(server.url)
     watcher = watch(lambda: _children(client), all_running_one_epoch_in, kill_and_restart, every_s=0.5)
     params = SearchParams(num_samples=TRIALS, max_concurrent=TRIALS, round_size=TRIALS, n_startup_trials=TRIALS,
                           epochs=EPOCHS, asha=AshaParams(grace_period=EPOCHS), resources=Resources(cpu=1 / 4),
-                          max_failures=0, trial_time_limit_s=None, optuna_storage=postgres_server.url("optuna"),
+                          max_failures=0, trial_time_limit_s=None, optuna_storage=optuna_url,
                           storage_path=str(project / "ray_results"))
     try:
         record = search(project, "xor", "cfc", params)
@@ -89,15 +96,16 @@ def test_eight_trials_log_every_epoch_through_a_tracking_server_on_postgres_kill
             for key in ("epoch", "val_metric", "train_loss"):
                 steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
                 assert sorted(steps) == list(range(1, EPOCHS + 1)), (run.info.run_name, key, steps)
-        assert record["optuna_storage"] == postgres_server.url("optuna")
+        assert record["optuna_storage"] == f"postgresql://ctsweep:***@127.0.0.1:{postgres_server.port}/optuna"
         study = optuna.load_study(study_name=record["optuna_study"], storage=postgres_server.url("optuna"))
         assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * TRIALS
         assert {t.user_attrs["mlflow_run_id"] for t in study.trials} == {r.info.run_id for r in runs}
         log = server.log.read_text()
         assert "database is locked" not in log and "deadlock detected" not in log
         secrets = postgres._passwords(postgres_server.data).values()
+        parent = client.get_run(record["mlflow_parent_run_id"])
         written = [search_result_path(project, "xor", "cfc").read_text(), log,
-                   *(str((r.data.tags, r.data.params)) for r in runs)]
-        assert not any(p in text for p in secrets for text in written)  # credentials: in the passfile only
+                   *(str((r.data.tags, r.data.params)) for r in [parent, *runs])]
+        assert not any(p in text for p in secrets for text in written)  # not in anything the search wrote
     finally:
         server.stop()

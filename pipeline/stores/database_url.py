@@ -17,9 +17,12 @@ _START_HINT = "`make postgres` starts the project's own"
 
 
 def masked(url: str) -> str:
-    """`url` with any password (user:password@ or ?password=) shown as ***."""
+    """`url` with any password (user:password@ or ?password=) shown as ***; a file path (no
+    scheme) as it is."""
     from sqlalchemy.engine import make_url
 
+    if "://" not in url:
+        return url
     parsed = make_url(url)
     if "password" in parsed.query:
         parsed = parsed.update_query_dict({"password": "***"})

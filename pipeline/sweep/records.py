@@ -14,6 +14,7 @@ from pipeline.config import SearchParams
 from pipeline.data.provenance import provenance_fields
 from pipeline.errors import TrialFailedError
 from pipeline.stores import staleness, tracking
+from pipeline.stores.database_url import masked
 from pipeline.sweep import run_lookup, sensitivity
 from pipeline.sweep.families import FamilyScheduler, FamilySearcher, repeat_of, trial_number_of, without_family
 from pipeline.sweep.plans import FamilyPlan
@@ -248,10 +249,12 @@ def _repeat_record(root: Path, dataset: str, p: SearchParams, meta: Any, plan: F
     study_searcher = searcher.study_searcher(plan.key, repeat)
     states = optuna_states(study_searcher)
     study = _persist(root, dataset, family, p, meta.metric, parent, study_searcher, records, repeat)  # failed too
+    # A password typed into `search.optuna_storage` stays out of the record and the tags (shown as ***)
+    shown = {**study, "optuna_storage": masked(study["optuna_storage"])}
     if repeat == 0:
-        tracking.set_tags(client, parent, {"optuna_states": json.dumps(states, sort_keys=True), **study})
+        tracking.set_tags(client, parent, {"optuna_states": json.dumps(states, sort_keys=True), **shown})
     record = summarise(dataset, family, meta.metric, meta.mode, plan.space, p, records, parent, repeat)
-    record.update(optuna_states=states, **study,
+    record.update(optuna_states=states, **shown,
                   asha_rungs={f"{m:g}": n for m, n in sorted(scheduler.of(plan.key, repeat).rung_sizes().items())},
                   importance=sensitivity.importances(study["optuna_storage"], study["optuna_study"],
                                                      min(p.asha.grace_period, p.epochs), p.sampler_seed + repeat))

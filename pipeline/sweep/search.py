@@ -47,6 +47,7 @@ from pipeline.errors import CtsweepError
 from pipeline.names import check_name
 from pipeline.runtime.interrupts import Interrupted, deferred, graceful_tune, wrote
 from pipeline.stores import staleness, tracking
+from pipeline.stores.database_url import masked
 from pipeline.stores.files import check_writable, write_json
 from pipeline.stores.locks import take_datasets
 from pipeline.stores.paths import processed_dir, raw_lock_path, require
@@ -268,7 +269,8 @@ def _run(root: Path, group: list[_Part], p: SearchParams, mode: str, path: str, 
     for part in group:
         for plan in part.todo:
             if not plan.resumed:
-                tracking.log_params(part.client, plan.parent, {"search." + k: v for k, v in p.model_dump().items()})
+                shown = {**p.model_dump(), "optuna_storage": masked(p.optuna_storage)}  # a typed password: ***
+                tracking.log_params(part.client, plan.parent, {"search." + k: v for k, v in shown.items()})
         contexts.update(trial_contexts(root, part.dataset, p, part.data_dir, part.exp_id, part.todo,
                                        part.meta.provenance))
         plans += part.todo
