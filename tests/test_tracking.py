@@ -140,7 +140,9 @@ def test_is_local_store(uri: str, local: bool) -> None:
 @pytest.mark.parametrize(("uri", "loopback"), [
     ("http://127.0.0.1:5000", True), ("http://localhost:5000", True), ("http://[::1]:5000", True),
     ("https://127.1.2.3", True), ("http://10.0.0.5:5000", False), ("http://head-node:5000", False),
-    ("sqlite:////abs/mlflow.db", False),
+    ("sqlite:////abs/mlflow.db", False), ("postgresql://ctsweep@127.0.0.1:5433/mlflow?passfile=/p", True),
+    ("postgresql+psycopg://u@localhost/mlflow", True), ("postgresql://u@10.0.0.5/mlflow", False),
+    ("databricks", False), ("mlruns", False),
 ])
 def test_is_loopback_server(uri: str, loopback: bool) -> None:
     assert tracking.is_loopback_server(uri) is loopback

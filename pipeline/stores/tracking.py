@@ -81,9 +81,10 @@ def is_local_store(uri: str) -> bool:
 
 
 def is_loopback_server(uri: str) -> bool:
-    """Whether the URI is a tracking server on this machine's loopback (localhost, 127.x, ::1):
-    trials on other nodes would reach their own loopback, not this server."""
-    if _scheme(uri) not in ("http", "https"):
+    """Whether the URI is a tracking server or a database server (postgresql://, mysql://) on
+    this machine's loopback (localhost, 127.x, ::1): trials on other nodes would reach their own
+    loopback, not this server."""
+    if is_local_store(uri) or _scheme(uri) == "databricks":
         return False
     host = (urllib.parse.urlparse(uri).hostname or "").lower()
     return host == "localhost" or host.startswith("127.") or host == "::1"

@@ -178,6 +178,7 @@ def check_shared_storage(tracking_uri: str, storage_path: str | None = None, key
     head's disk; a relative `storage_path` is such a folder (an absolute one is trusted to be
     on a shared filesystem, as a URI is to be an object store).
     """
+    from pipeline.stores.database_url import masked
     from pipeline.stores.tracking import is_local_store, is_loopback_server
 
     n = len(alive_nodes())
@@ -191,7 +192,8 @@ def check_shared_storage(tracking_uri: str, storage_path: str | None = None, key
     hosts = {node["NodeManagerAddress"] for node in ray.nodes() if node["Alive"]}
     if is_loopback_server(tracking_uri) and len(hosts) > 1:  # nodes on one host share its loopback
         raise ConfigError(
-            f"this Ray cluster spans {len(hosts)} hosts but MLFLOW_TRACKING_URI={tracking_uri} is this machine's loopback: "
+            f"this Ray cluster spans {len(hosts)} hosts but MLFLOW_TRACKING_URI={masked(tracking_uri)} is this machine's "
+            "loopback: "
             "other nodes cannot reach it. Serve MLflow on the head's private address "
             "(`make mlflow-server MLFLOW_HOST=<head-ip>`) and set MLFLOW_TRACKING_URI=http://<head-ip>:5000.")
     if storage_path is not None and not is_uri(storage_path) and not Path(storage_path).is_absolute():
