@@ -143,7 +143,8 @@ def score(config: dict[str, Any], epoch: int, best_lr: float, noise: float) -> f
 
 def synthetic_trial(config: dict[str, Any], ctx: Any, data: Any) -> None:
     """A search trial without training (the `trial_fn` of `search`/`search_many`): its MLflow run,
-    then per epoch a sleep, the metric logged, a report with a checkpoint; its busy interval
+    then per epoch a sleep, the metric logged, a report (with a checkpoint as often as
+    `search.checkpoint_every_s` lets run_trial save one); its busy interval
     goes to <root>/busy/ as it exits, however it exits (ASHA's stop ends it inside the report).
     Sleeps and scores are keyed by family and config, never by `ctx.dataset`: searched on several
     datasets (benchmarks/fill_datasets.py), each dataset's family gets the same figures."""
@@ -160,6 +161,7 @@ def synthetic_trial(config: dict[str, Any], ctx: Any, data: Any) -> None:
     trial_id = tune.get_context().get_trial_id()
     slept = reporting = tracked = 0.0
     epoch = 0
+    saved = start  # the last checkpoint: `search.checkpoint_every_s` counts from it, as in run_trial
     try:
         client = tracking.MlflowClient(ctx.tracking_uri)
         run_id = trial_run(client, ctx, trial_id, config)
@@ -174,10 +176,14 @@ def synthetic_trial(config: dict[str, Any], ctx: Any, data: Any) -> None:
             tracked += time.time() - before
             before = time.time()
             try:  # blocks until the driver asks for the next epoch (or stops the trial: SystemExit)
-                with tempfile.TemporaryDirectory() as folder:
-                    Path(folder, "state.json").write_text(json.dumps({"epoch": epoch}))
-                    tune.report({"epoch": epoch, "val_metric": value, "mlflow_run_id": run_id},
-                                checkpoint=tune.Checkpoint.from_directory(folder))
+                metrics = {"epoch": epoch, "val_metric": value, "mlflow_run_id": run_id}
+                if before - saved < getattr(ctx, "checkpoint_every_s", 0):  # run_trial's cadence
+                    tune.report(metrics)
+                else:
+                    with tempfile.TemporaryDirectory() as folder:
+                        Path(folder, "state.json").write_text(json.dumps({"epoch": epoch}))
+                        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
+                    saved = time.time()
             finally:
                 reporting += time.time() - before
     finally:
