@@ -91,6 +91,26 @@ def test_a_non_finite_gradient_with_a_finite_loss_fails_before_the_update(root: 
     assert all(torch.equal(before[k], v) for k, v in trainer.weights().items())  # no update was made
 
 
+@pytest.mark.parametrize("grad_clip", [1.0, 0.0])
+def test_finite_gradients_whose_float32_norm_overflows_train_on(root: Path, grad_clip: float) -> None:
+    """Values of 1e30 are finite, their squares are not: the float32 norm is inf. Before the
+    check such steps trained on (Adam's update stays bounded); they still do, and a clip scales
+    the gradient to `grad_clip` by its float64 norm instead of zeroing it."""
+    data = load_dataset(processed_dir(root, "tiny"))
+    trainer = _trainer({**CONFIG, "grad_clip": grad_clip}, data, epochs=2)
+    before = trainer.weights()
+    big = next(trainer.model.parameters())
+    big.register_hook(lambda g: torch.full_like(g, 1e30))
+    trainer.train_epoch()  # no TrialFailedError
+    after = trainer.weights()
+    assert all(torch.isfinite(v).all() for v in after.values())
+    assert not all(torch.equal(before[k], v) for k, v in after.items())  # an update was made
+    if grad_clip:
+        grads = [p.grad for p in trainer.model.parameters() if p.grad is not None]
+        assert float(torch.nn.utils.get_total_norm(grads)) == pytest.approx(grad_clip, rel=1e-3)
+        assert float(big.grad.abs().min()) > 0  # scaled to the clip, not zeroed
+
+
 # ------------------------------------------------------------------------- early stopping's rule
 
 

@@ -200,24 +200,30 @@ class Trainer:
 
     def _clip_and_check_gradients(self, batch_loss: float) -> None:
         """Clip the gradient to `grad_clip` (when > 0; on the already averaged gradient: the same
-        clip as one process), and fail the run before the optimiser step when its norm is not
-        finite although the loss was: the update would make the weights NaN, and the run would
-        otherwise fail only at the next step's loss, naming the wrong cause. Seen with ode_rnn_tw on
-        GunPoint (150 steps) and OSULeaf (427): a gradient beyond float32 back through the
-        recurrence, with a bounded forward pass; clipping cannot help, the norm itself is inf or
-        NaN. After DDP's reduction every rank holds the same gradient, so every rank decides alike."""
+        clip as one process), and fail the run before the optimiser step when a gradient value is
+        inf or NaN although the loss was finite: the update would make the weights NaN, and the run
+        would otherwise fail only at the next step's loss, naming the wrong cause. Seen with
+        ode_rnn_tw on GunPoint (150 steps) and OSULeaf (427): a gradient beyond float32 back through
+        the recurrence, with a bounded forward pass; clipping cannot help.
+
+        Finite values whose float32 sum of squares overflows (beyond about 1e19 each: seen with
+        cde_fwp_delta on OSULeaf) are not a failure: Adam's update stays bounded, and before this
+        check such runs trained on. Their norm is then taken in float64, so that clipping scales
+        the gradient to `grad_clip` (torch.nn.utils.clip_grad_norm_ would zero it: max_norm / inf).
+        After DDP's reduction every rank holds the same gradient, so every rank decides alike."""
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         if not grads:
             return
-        if self.settings.grad_clip > 0:  # the norm before clipping, computed once
-            norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip))
-        else:
-            norm = float(torch.nn.utils.get_total_norm(grads))
-        if not math.isfinite(norm):
-            raise TrialFailedError(
-                f"non-finite gradient (norm {norm}) at epoch {self.epoch + 1}, step {self.steps + 1}, with a finite "
-                f"training loss {batch_loss:.4g}: exploding gradients through the sequence (long series, a high "
-                f"lr); a lower `lr` may help, `grad_clip` cannot")
+        norm = torch.nn.utils.get_total_norm(grads)
+        if not math.isfinite(float(norm)):
+            if not all(bool(torch.isfinite(g).all()) for g in grads):
+                raise TrialFailedError(
+                    f"non-finite gradient (norm {float(norm)}) at epoch {self.epoch + 1}, step {self.steps + 1}, "
+                    f"with a finite training loss {batch_loss:.4g}: exploding gradients through the sequence (long "
+                    f"series, a high lr); a lower `lr` may help, `grad_clip` cannot")
+            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.double()) for g in grads]))
+        if self.settings.grad_clip > 0:
+            torch.nn.utils.clip_grads_with_norm_(self.model.parameters(), self.settings.grad_clip, norm)
 
     def _loss_terms(self, idx: torch.Tensor) -> int:
         """How many terms loss_fn averages over for samples `idx`: observed steps when per-step."""
