@@ -94,6 +94,8 @@ class Workload:
     # imports, as a long-lived cluster's idle workers have after its first search. False: Ray's
     # prestarted workers pay the imports in the first trials (32 processes on 2 cores here).
     warm_workers: bool = False
+    # The shortest epoch any trial sleeps, whatever its lognormal factors draw (0: no floor).
+    epoch_floor_s: float = 0.0
 
     def params(self) -> SearchParams:
         return SearchParams(num_samples=self.num_samples, max_concurrent=self.max_concurrent, epochs=self.epochs,
@@ -167,7 +169,7 @@ def synthetic_trial(config: dict[str, Any], ctx: Any, data: Any) -> None:
         run_id = trial_run(client, ctx, trial_id, config)
         tracked = time.time() - start
         for epoch in range(1, ctx.epochs + 1):
-            seconds = median * rng.lognormvariate(0, workload["epoch_sigma"])
+            seconds = max(workload.get("epoch_floor_s", 0.0), median * rng.lognormvariate(0, workload["epoch_sigma"]))
             time.sleep(seconds)
             slept += seconds
             value = score(config, epoch, workload["best_lr"][ctx.family], rng.gauss(0, 0.02))
@@ -177,7 +179,7 @@ def synthetic_trial(config: dict[str, Any], ctx: Any, data: Any) -> None:
             before = time.time()
             try:  # blocks until the driver asks for the next epoch (or stops the trial: SystemExit)
                 metrics = {"epoch": epoch, "val_metric": value, "mlflow_run_id": run_id}
-                if before - saved < getattr(ctx, "checkpoint_every_s", 0):  # run_trial's cadence
+                if before - saved < ctx.checkpoint_every_s:  # run_trial's cadence
                     tune.report(metrics)
                 else:
                     with tempfile.TemporaryDirectory() as folder:

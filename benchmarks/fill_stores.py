@@ -35,9 +35,11 @@ from benchmarks import fill
 MODES = ("sqlite", "postgres")
 
 # 12 families x 32 trials of 2 or 4 epochs (ASHA grace 2, reduction 2: about half reach epoch 4),
-# epochs of 15-40 s: about 384 x 60 s of sleep, some 12 minutes of 32 slots per mode.
+# epochs of 15-40 s (no epoch of any trial under 15 s: every trial sleeps at least 30 s): about
+# 384 x 60 s of sleep, some 12 minutes of 32 slots per mode.
 LONG = replace(fill.Workload(), num_samples=32, epochs=4, grace_period=2, reduction_factor=2,
-               epoch_s=20.0, family_sigma=0.3, epoch_min_s=15.0, epoch_max_s=40.0, warm_workers=True)
+               epoch_s=20.0, family_sigma=0.3, epoch_min_s=15.0, epoch_max_s=40.0, warm_workers=True,
+               epoch_floor_s=15.0)
 
 SERVER_WORKERS = 4  # `make mlflow-server`'s MLFLOW_WORKERS default
 

@@ -244,7 +244,7 @@ def test_the_long_workload_s_shortest_trial_sleeps_30_s_on_warm_workers() -> Non
 
     w = fill_stores.LONG
     assert w.warm_workers and w.slots == 32
-    assert w.grace_period * w.epoch_min_s >= 30 and min(w.medians().values()) >= w.epoch_min_s
+    assert w.grace_period * w.epoch_floor_s >= 30  # every epoch of every trial sleeps the floor at least
     w.params()  # a valid `search` section
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,12 +36,6 @@ def _use_token_when_available() -> None:
         Config.initialize("")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _local_options(dashboard: bool) -> dict[str, Any]:
     """ray.init options of a fresh local instance. The dashboard costs seconds and memory per
     start, so only data-parallel searches get one: Ray Train frees a stopped trial's workers
@@ -50,7 +43,9 @@ def _local_options(dashboard: bool) -> dict[str, Any]:
     address is handed to Ray's processes so they do not find another Ray instance's dashboard."""
     if not dashboard:
         return {"include_dashboard": False}
-    port = _free_port()
+    from pipeline.stores.tracking_server import free_port  # here: MLflow is not needed to read this module
+
+    port = free_port()
     return {"include_dashboard": True, "dashboard_port": port,
             "runtime_env": {"env_vars": {"RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{port}"}}}
 
