@@ -8,6 +8,7 @@ import csv
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -16,7 +17,7 @@ from pipeline.config import PromoteParams
 from pipeline.stores.paths import final_result_path, search_result_path
 from pipeline.registry.promote import promote, promote_dataset
 from pipeline.reporting.marks import (EDGE, FAILED, MIN_STEPS, MOSTLY_FAILED, NOT_CAUSAL, NOT_CONVERGED, Mark,
-                                      cell_marks, edge, loss_falling, mostly_failed, not_converged, still_improving)
+                                      cell_marks, edge, epoch_noise, loss_falling, mostly_failed, not_converged, still_improving)
 from pipeline.reporting.report import report
 from pipeline.reporting.status import datasets
 from tests.conftest import default_params, write_params
@@ -85,6 +86,22 @@ def test_a_seed_stopped_while_a_loss_still_falls_is_not_converged_however_it_sto
         for s in record["seeds"]:
             s[which] = LEVELLED
         assert not_converged(record) is None
+
+
+def test_a_flat_noisy_loss_is_not_read_as_falling_but_a_noisy_real_fall_is() -> None:
+    rng = np.random.default_rng(0)
+    flat = [[0.693 + rng.normal(0, 0.003) for _ in range(30)] for _ in range(1000)]
+    # the share rule alone read 148 of these 1,000 as falling (the last quarter's minimum dips below
+    # the earlier one by noise); with the noise bound 1 (under 30 allowed)
+    assert sum(map(loss_falling, flat)) < 30
+    assert epoch_noise(CUT_SHORT) == pytest.approx(0.0, abs=1e-12)  # a steady trend is not noise
+    for curve in flat[:50]:
+        # the same noise on a curve cut short (still falling 0.01 per epoch at its end)
+        assert loss_falling([v - 0.01 * i for i, v in enumerate(curve)])
+    # a noise-sized dip at the end of a flat curve: 0.002 below, more than 15 % of its 0.012 "fall",
+    # so the share rule alone read it as falling; its noise is about 0.005
+    dip = [0.70, 0.69, 0.695, 0.692, 0.697, 0.691, 0.694, 0.696, 0.693, 0.695, 0.692, 0.688]
+    assert not loss_falling(dip)
 
 
 def test_a_seed_of_too_few_steps_is_not_converged_and_steps_unknown_are_not_held_against_it() -> None:

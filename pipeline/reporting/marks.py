@@ -12,7 +12,9 @@
                      it stopped, however it stopped: the last quarter of epochs lowered the
                      loss's minimum by more than FALLING_SHARE of everything it fell from the
                      first epoch (a curve that levelled off makes a small share of its fall at
-                     the end; one cut short makes a quarter or more).
+                     the end; one cut short makes a quarter or more), and by more than NOISE_K
+                     times the curve's own epoch-to-epoch noise (a flat curve's noise would
+                     otherwise read as a fall: see epoch_noise).
                    Records from before a criterion's inputs were kept (steps, loss curves) are
                    judged by the criteria they can be.
     edge           the best configuration lies in the outer EDGE_FRACTION of a searched numeric
@@ -43,6 +45,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+from scipy.stats import median_abs_deviation
+
 from pipeline.training.budget import MIN_STEPS  # optimiser steps: a seed that took fewer has not trained
 
 NOT_CONVERGED, EDGE, MOSTLY_FAILED, FAILED = "not_converged", "edge", "mostly_failed", "failed"
@@ -53,6 +58,11 @@ LEGACY_STOP = "max_epochs"  # records written before seeds carried `stop` traine
 LAST_FRACTION = 0.25  # the tail of the curve that must not beat the rest for a seed to count as converged
 IMPROVEMENT_TOL = 0.005  # relative: a gain of at most 0.5% of |best| is noise, not progress
 FALLING_SHARE = 0.15  # of a loss's whole fall: more in the last quarter of epochs is a fall cut short
+# A fall of at most NOISE_K x the curve's noise (epoch_noise) is not evidence of a fall. Flat curves
+# with Gaussian noise, a training and a validation loss per seed (17-60 epochs, 4,000 simulated seeds
+# each): FALLING_SHARE alone marked 26-30 % of the seeds and so (2 seeds of 3) 16-22 % of the cells;
+# with NOISE_K 2, 0.35-1.4 % of the seeds and at most 0.06 % of the cells (tests/test_marks.py).
+NOISE_K = 2.0
 EDGE_FRACTION = 0.05  # outer share of a searched range, at each end, that counts as its edge
 MIN_INT_VALUES = 5  # an integer range with fewer values is a handful of choices, like a categorical
 FAILED_SHARE = 0.5  # more failed trials than this share marks the search as mostly failed
@@ -62,7 +72,8 @@ SYMBOLS = {NOT_CONVERGED: "†", EDGE: "‡", MOSTLY_FAILED: "§", NOT_CAUSAL: "
 RULES = {
     NOT_CONVERGED: (f"not converged: more than half of the final seeds trained fewer than {MIN_STEPS} optimiser "
                     f"steps, or stopped while their training or validation loss was still falling (their last "
-                    f"{LAST_FRACTION:.0%} of epochs made more than {FALLING_SHARE:.0%} of the loss's fall), or ended "
+                    f"{LAST_FRACTION:.0%} of epochs made more than {FALLING_SHARE:.0%} of the loss's fall and more than "
+                    f"{NOISE_K:g}x its epoch-to-epoch noise), or ended "
                     f"at their epoch or time budget while validation was still improving (the best score of their "
                     f"last {LAST_FRACTION:.0%} of epochs beat the earlier best by more than {IMPROVEMENT_TOL:.1%})"),
     EDGE: (f"at the edge: the best configuration lies in the outer {EDGE_FRACTION:.0%} of a searched range "
@@ -107,17 +118,28 @@ def still_improving(curve: list[float], mode: str) -> bool:
     return gain > IMPROVEMENT_TOL * abs(before)
 
 
+def epoch_noise(values: list[float]) -> float:
+    """The standard deviation of a curve's epoch-to-epoch noise, robust to its trend and to jumps:
+    the scaled median absolute deviation of its first differences, over sqrt(2) (the difference
+    of two independent draws has sqrt(2) times their spread). A steady trend moves the differences'
+    median, not their spread, so a cleanly falling curve has noise 0. Fewer than 2 values: 0."""
+    if len(values) < 2:
+        return 0.0
+    return float(median_abs_deviation(np.diff(values), scale="normal")) / math.sqrt(2.0)
+
+
 def loss_falling(losses: list[float]) -> bool:
     """Whether a loss curve (one value per epoch) was still clearly falling at its end: its last
     quarter of epochs (at least one) lowered the minimum before them by more than FALLING_SHARE of
-    the whole fall from the first epoch to the lowest value. Fewer than two epochs: False."""
+    the whole fall from the first epoch to the lowest value, and by more than NOISE_K times the
+    curve's epoch_noise. Fewer than two epochs: False."""
     values = [v for v in losses if isinstance(v, (int, float)) and math.isfinite(v)]
     tail = max(1, int(len(values) * LAST_FRACTION))
     head, last = values[:-tail], values[-tail:]
     if not head:
         return False
-    fall = values[0] - min(values)
-    return fall > 0 and min(head) - min(last) > FALLING_SHARE * fall
+    fall, drop = values[0] - min(values), min(head) - min(last)
+    return fall > 0 and drop > FALLING_SHARE * fall and drop > NOISE_K * epoch_noise(values)
 
 
 def seed_reasons(seed: dict[str, Any], mode: str) -> list[str]:
