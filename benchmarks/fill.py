@@ -339,6 +339,24 @@ def concurrency(intervals: list[tuple[float, float]]) -> list[tuple[float, int]]
     return steps
 
 
+def idle_by_phase(spans: list[tuple[float, float]], t0: float, t1: float, slots: int) -> dict[str, float]:
+    """Idle slot-seconds (slots not running a trial) over the run's three phases, from the
+    concurrency timeline: `before_first` (t0 to the first trial's start), `waiting` (from then to
+    the last trial's start: trials were still to come, but the driver had none to give: every
+    family's round or live-trial cap was full, or Tune had not yet placed them) and `after_last`
+    (the last start to t1: the end of the work). Unlike idle_slot_time it does not depend on
+    which process ran what: a process Tune stops while no trial is ready counts here as waiting."""
+    first, last = min(s for s, _ in spans), max(s for s, _ in spans)
+    out = {"before_first": slots * (first - t0), "waiting": 0.0, "after_last": 0.0}
+    steps = concurrency(spans) + [(t1, 0)]
+    for (a, running), (b, _) in zip(steps, steps[1:]):
+        for phase, lo, hi in (("waiting", first, last), ("after_last", last, t1)):
+            overlap = min(b, hi) - max(a, lo)
+            if overlap > 0:
+                out[phase] += max(0, slots - running) * overlap
+    return out
+
+
 def family_switches(busy: list[dict[str, Any]]) -> int:
     """How often the family changes from one trial start to the next: one search after another
     gives (families - 1); one run holding every family, turn by turn, many more."""
@@ -394,9 +412,20 @@ def summarise(busy: list[dict[str, Any]], records: dict[str, dict[str, Any]], t0
         "process_first_trial_s": [round(t, 2) for t in firsts],
         "new_process_spacing_median_s": statistics.median(spacing) if spacing else None,
         "idle_slot_s": lost,  # where the slots' idle time went (idle_slot_time)
+        "idle_phase_s": idle_by_phase(spans, t0, t1, workload.slots),
+        # trials running, time-weighted, from the first trial's start to the last one's
+        "running_while_waiting": _mean_running(steps, min(s for s, _ in spans), max(s for s, _ in spans)),
         "timeline_step_s": step,  # trials running at t0, t0 + step, ...
         "timeline": [sum(s <= t0 + i * step < e for s, e in spans) for i in range(int(wall / step) + 1)],
     }
+
+
+def _mean_running(steps: list[tuple[float, int]], lo: float, hi: float) -> float | None:
+    """The time-weighted mean of the concurrency timeline over [lo, hi]; None when hi <= lo."""
+    if hi <= lo:
+        return None
+    total = sum(max(0.0, min(b, hi) - max(a, lo)) * n for (a, n), (b, _) in zip(steps, steps[1:]))
+    return total / (hi - lo)
 
 
 def idle_slot_time(by_pid: dict[int, list[dict[str, Any]]], t0: float, t1: float, slots: int) -> dict[str, float]:
@@ -444,6 +473,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="long: trials of 30 s and more on warm workers (benchmarks/fill_stores.py)")
     ap.add_argument("--round-size", type=int, default=None, help="trials per round of a family's study "
                     "(default: the workload's, 4; 2 on --quick)")
+    ap.add_argument("--max-concurrent", type=int, default=None, help="live trials per family at most "
+                    "(default: the workload's, 4; 2 on --quick)")
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.replace(" ", "").split(",") if m]
     if not modes or any(m not in known for m in modes):
@@ -453,6 +484,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         workload = replace(QUICK, warm_workers=True)
     if args.round_size is not None:
         workload = replace(workload, round_size=args.round_size)
+    if args.max_concurrent is not None:
+        workload = replace(workload, max_concurrent=args.max_concurrent)
     start, load_start = time.perf_counter(), load_average()
     work = Path(tempfile.mkdtemp(prefix="ctsweep-bench-fill-")).resolve()
     try:

@@ -50,7 +50,8 @@ STORES = {"sqlite_stores": ", MLflow and Optuna in SQLite files",
 
 
 def _tables(rows: list[dict[str, Any]], w: dict[str, Any]) -> list[str]:
-    """The one-dataset modes' three tables: fill, what the busy time was, where the idle time went."""
+    """The one-dataset modes' tables: fill, what the busy time was, where the idle time went (per
+    process and over the run's phases)."""
     lines = ["| mode | driver | wall (s) | busy (s) | fill | trials | stopped by ASHA | failed | epochs "
              "| load avg start, end |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -89,4 +90,18 @@ def _tables(rows: list[dict[str, Any]], w: dict[str, Any]) -> list[str]:
         share = {k: f"{v:.0f} ({v / idle:.0%})" if idle > 0 else "–" for k, v in parts.items()}
         lines.append(f"| {r['mode']} | {idle:.0f} | {share.get('start_up', '–')} | {share.get('between', '–')} | "
                      f"{share.get('drain', '–')} | {share.get('unused', '–')} |")
+    if any(r.get("idle_phase_s") for r in rows):
+        lines += ["", "The same idle time over the run's phases (the concurrency timeline, whichever process ran "
+                  "what): before the first trial started; from then to the last trial's start, trials still to "
+                  "come but none ready (every family's round or live-trial cap full: a round's next trials wait "
+                  "for its slowest to end); after the last start (the end of the work). Mean running: trials "
+                  "running, time-weighted, between the first and the last start.", "",
+                  "| mode | idle (slot-s) | before the first trial | waiting for trials | after the last start "
+                  "| mean running |", "|---|---:|---:|---:|---:|---:|"]
+        for r in rows:
+            idle, parts = w["slots"] * r["wall_s"] - r["busy_s"], r.get("idle_phase_s") or {}
+            share = {k: f"{v:.0f} ({v / idle:.0%})" if idle > 0 else "–" for k, v in parts.items()}
+            lines.append(f"| {r['mode']} | {idle:.0f} | {share.get('before_first', '–')} | "
+                         f"{share.get('waiting', '–')} | {share.get('after_last', '–')} | "
+                         f"{_s(r.get('running_while_waiting'))} |")
     return lines

@@ -53,6 +53,11 @@ def test_summary_fill_is_busy_over_slots_times_wall() -> None:
     # trials and has nothing to run for the last 4 s.
     assert out["idle_slot_s"] == {"start_up": 1, "between": 0.5, "drain": 4, "unused": 0}
     assert sum(out["idle_slot_s"].values()) == pytest.approx(2 * out["wall_s"] - out["busy_s"])
+    # The same 5.5 slot-s over the phases: none before the first start (10); up to the last start
+    # (15), one slot idle over [10, 11] and [14, 14.5] (trials were still to come); after it, one
+    # slot idle over [16, 20].
+    assert out["idle_phase_s"] == pytest.approx({"before_first": 0, "waiting": 1.5, "after_last": 4})
+    assert out["running_while_waiting"] == pytest.approx((1 * 1 + 2 * 3 + 1 * 0.5 + 2 * 0.5) / 5)
     three = fill.idle_slot_time({1: [_busy("a", 12, 20)]}, t0=10, t1=20, slots=3)
     assert three == {"start_up": 2, "between": 0, "drain": 0, "unused": 20}  # two slots never taken
 
@@ -70,7 +75,7 @@ def test_render_lists_every_mode_with_its_fill() -> None:
               "modes": modes, "total_seconds": 1.0, "command": "c"}
     text = fill.render(report)
     assert "QUICK SMOKE RUN" in text and "TUNE_MAX_PENDING_TRIALS_PG=2" in text
-    assert text.count(f"**{summary['fill']:.3f}**") == 2 and text.count("| before |") == 3  # all three tables
+    assert text.count(f"**{summary['fill']:.3f}**") == 2 and text.count("| before |") == 4  # all four tables
 
 
 def test_workload_is_seeded_and_scores_follow_the_learning_rate() -> None:
