@@ -47,9 +47,11 @@ run: install
 	@$(BIN)/ctsweep status
 
 # Two test processes (pytest-xdist), one per core: the Ray, DVC and MLflow tests wait on
-# subprocesses much of the time, so the suite takes about 14 instead of 23 minutes here.
+# subprocesses much of the time. CI on a fresh clone (install included) took 80 min on
+# 2026-11-27. worksteal: an idle process takes queued tests from the other, so a run of long
+# tests at the end of one queue does not leave a core idle; --durations lists the slowest 30.
 test: install
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=30
 
 test-fast: install
 	$(BIN)/python -m pytest -q -n 2 -m "not slow"

@@ -91,8 +91,10 @@ class Workload:
     epoch_sigma: float = 0.15
     seed: int = 7
     # Warm the Ray worker processes before the clock starts (local_ray): each imports what a trial
-    # imports, as a long-lived cluster's idle workers have after its first search. False: Ray's
-    # prestarted workers pay the imports in the first trials (32 processes on 2 cores here).
+    # imports. This was meant to spare the trials their imports, as a long-lived cluster's idle
+    # workers would; it does not: Tune's trial actors never run in these pooled workers (measured
+    # 2026-11-27: 0 of 4 warmed workers hosted a trial, with or without Tune's actor runtime_env),
+    # each starts a process of its own. What warming still does is fill the OS file cache.
     warm_workers: bool = False
     # The shortest epoch any trial sleeps, whatever its lognormal factors draw (0: no floor).
     epoch_floor_s: float = 0.0

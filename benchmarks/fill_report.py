@@ -82,7 +82,9 @@ def _tables(rows: list[dict[str, Any]], w: dict[str, Any]) -> list[str]:
                      f"{r.get('worker_processes_started')} | {_s(r['new_process_spacing_median_s'])} | "
                      f"{_s(r['reuse_gap_median_s'], 2)} |")
     lines += ["", "Idle slot time (slots x wall - busy), counted per trial process: before each process's first "
-              "trial (start-up), between its trials, after its last trial (drain), and slots no process took.", "",
+              "trial (start-up), between its trials, after its last trial (drain), and slots no process took. Where Tune "
+              "stopped processes while no trial was ready and started others later (more trial processes than "
+              "slots), their times overlap and the shares can sum past 100 %: the phase table below does not.", "",
               "| mode | idle (slot-s) | start-up | between trials | drain | unused slots |",
               "|---|---:|---:|---:|---:|---:|"]
     for r in rows:

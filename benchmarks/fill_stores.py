@@ -14,9 +14,10 @@ own pending-trial limit), with the same synthetic trial, seeds and local 32-slot
 
 The `long` workload (LONG) is the one-dataset workload with epochs of 15-40 s (a family median
 around 20 s) and ASHA's first rung at 2 epochs, so the shortest trial sleeps 30 s, and with its
-Ray workers warmed before the clock starts (fill.Workload.warm_workers), as a long-lived
-cluster's idle workers are after its first search. The server and PostgreSQL are started before
-the clock too, and each mode has its own project, stores and Ray.
+Ray workers warmed before the clock starts (fill.Workload.warm_workers; Tune's trial actors
+turned out not to run in them, so each trial process still imports torch, MLflow and Tune in the
+clock: 32 at once on this machine's 2 cores). The server and PostgreSQL are started before the
+clock too, and each mode has its own project, stores and Ray.
 """
 
 from __future__ import annotations
