@@ -394,6 +394,8 @@ def summarise(busy: list[dict[str, Any]], records: dict[str, dict[str, Any]], t0
     firsts.sort()
     spacing = [b - a for a, b in zip(firsts, firsts[1:])]
     lost = idle_slot_time(by_pid, t0, t1, workload.slots)
+    phases = idle_by_phase(spans, t0, t1, workload.slots)
+    waiting_s = max(s for s, _ in spans) - min(s for s, _ in spans)  # the first start to the last
     step = max(1.0, wall / 60)
     return {
         "wall_s": wall, "busy_s": busy_s, "fill": busy_s / (workload.slots * wall),
@@ -414,20 +416,13 @@ def summarise(busy: list[dict[str, Any]], records: dict[str, dict[str, Any]], t0
         "process_first_trial_s": [round(t, 2) for t in firsts],
         "new_process_spacing_median_s": statistics.median(spacing) if spacing else None,
         "idle_slot_s": lost,  # where the slots' idle time went (idle_slot_time)
-        "idle_phase_s": idle_by_phase(spans, t0, t1, workload.slots),
-        # trials running, time-weighted, from the first trial's start to the last one's
-        "running_while_waiting": _mean_running(steps, min(s for s, _ in spans), max(s for s, _ in spans)),
+        "idle_phase_s": phases,
+        # trials running, time-weighted, from the first trial's start to the last one's: the slots
+        # less the idle ones of that phase
+        "running_while_waiting": workload.slots - phases["waiting"] / waiting_s if waiting_s > 0 else None,
         "timeline_step_s": step,  # trials running at t0, t0 + step, ...
         "timeline": [sum(s <= t0 + i * step < e for s, e in spans) for i in range(int(wall / step) + 1)],
     }
-
-
-def _mean_running(steps: list[tuple[float, int]], lo: float, hi: float) -> float | None:
-    """The time-weighted mean of the concurrency timeline over [lo, hi]; None when hi <= lo."""
-    if hi <= lo:
-        return None
-    total = sum(max(0.0, min(b, hi) - max(a, lo)) * n for (a, n), (b, _) in zip(steps, steps[1:]))
-    return total / (hi - lo)
 
 
 def idle_slot_time(by_pid: dict[int, list[dict[str, Any]]], t0: float, t1: float, slots: int) -> dict[str, float]:

@@ -61,7 +61,8 @@ FALLING_SHARE = 0.15  # of a loss's whole fall: more in the last quarter of epoc
 # A fall of at most NOISE_K x the curve's noise (epoch_noise) is not evidence of a fall. Flat curves
 # with Gaussian noise, a training and a validation loss per seed (17-60 epochs, 4,000 simulated seeds
 # each): FALLING_SHARE alone marked 26-30 % of the seeds and so (2 seeds of 3) 16-22 % of the cells;
-# with NOISE_K 2, 0.35-1.4 % of the seeds and at most 0.06 % of the cells (tests/test_marks.py).
+# with NOISE_K 2, 0.35-1.4 % of the seeds and at most 0.06 % of the cells (simulated 2026-11-27;
+# tests/test_marks.py checks 1,000 flat 30-epoch curves: 148 read as falling before, 1 now).
 NOISE_K = 2.0
 EDGE_FRACTION = 0.05  # outer share of a searched range, at each end, that counts as its edge
 MIN_INT_VALUES = 5  # an integer range with fewer values is a handful of choices, like a categorical
