@@ -41,6 +41,7 @@ if str(ROOT) not in sys.path:  # `python benchmarks/cluster.py` as well as `-m b
 
 # Only light imports at module level: the plain path's spawned workers import this module, and
 # must not pay for Ray, Optuna or MLflow (pipeline.sweep.search imports all three; imported in use).
+from benchmarks.cpu_account import CpuAccount  # noqa: E402
 from benchmarks.cluster_report import write_outputs  # noqa: E402  (cluster.md, cluster.json)
 from pipeline.config import Params, SearchParams, load_params  # noqa: E402
 from pipeline.errors import ConfigError  # noqa: E402
@@ -227,7 +228,7 @@ def run_ctsweep(root: Path, pairs: list[tuple[str, str]], p: SearchParams, seque
                            "sequential": sequential, "load_average_start": load_average(), "searches": [],
                            "units": []}
     start = time.perf_counter()
-    with ray_for_run():  # the driver's own ray_session finds it initialised and uses it
+    with CpuAccount() as cpu, ray_for_run():  # the driver's own ray_session finds Ray initialised and uses it
         out["ray_startup_s"] = time.perf_counter() - start
         out["ray_resources"] = {k: v for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU")}
         start = time.perf_counter()
@@ -240,6 +241,7 @@ def run_ctsweep(root: Path, pairs: list[tuple[str, str]], p: SearchParams, seque
             out["searches"] += searches
         start = time.perf_counter()
     out["ray_shutdown_s"] = time.perf_counter() - start
+    out["cpu"] = cpu.summary()
     ok = [s for s in out["searches"] if s["status"] == "ok"]
     out["searches_s"] = sum(u["wall_s"] for u in out["units"] if u["status"] == "ok")
     out["total_s"] = out["ray_startup_s"] + out["mlflow_store_s"] + out["searches_s"] + out["ray_shutdown_s"]
@@ -416,33 +418,40 @@ def run_plain(jobs_by_unit: list[list[list[TrialJob]]], workers: int, device: st
         devices.put(d)
     out: dict[str, Any] = {"workers": workers, "load_average_start": load_average(), "searches": [], "units": []}
     start = time.perf_counter()
-    pool = ctx.Pool(workers, initializer=_init_worker, initargs=(devices, ctx.Barrier(workers)))
-    try:
-        pool.map(_ready, [0])  # returns once every worker is past the barrier
-        out["pool_startup_s"] = time.perf_counter() - start
-        for unit in jobs_by_unit:
+    with CpuAccount() as cpu:  # the pool's workers are this process's children: counted as trials
+        pool = ctx.Pool(workers, initializer=_init_worker, initargs=(devices, ctx.Barrier(workers)))
+        try:
+            pool.map(_ready, [0])  # returns once every worker is past the barrier
+            out["pool_startup_s"] = time.perf_counter() - start
+            _replay_units(pool, jobs_by_unit, out)
             start = time.perf_counter()
-            trials = pool.map(replay_trial, [job for jobs in unit for job in jobs], chunksize=1)
-            wall = time.perf_counter() - start
-            out["units"].append({"dataset": unit[0][0].dataset, "families": [jobs[0].family for jobs in unit],
-                                 "wall_s": wall, "n_trials": len(trials)})
-            for jobs in unit:
-                mine, trials = trials[:len(jobs)], trials[len(jobs):]
-                out["searches"].append({"dataset": jobs[0].dataset, "family": jobs[0].family, "n_trials": len(jobs),
-                                        "trials": mine})
-            print(f"  plain {unit[0][0].dataset}/{','.join(jobs[0].family for jobs in unit)}: {wall:.1f} s",
-                  file=sys.stderr, flush=True)
-        start = time.perf_counter()
-    finally:
-        pool.close()
-        pool.join()
+        finally:
+            pool.close()
+            pool.join()
     out["pool_shutdown_s"] = time.perf_counter() - start
+    out["cpu"] = cpu.summary()
     out["searches_s"] = sum(u["wall_s"] for u in out["units"])
     out["total_s"] = out["pool_startup_s"] + out["searches_s"] + out["pool_shutdown_s"]
     out["n_trials"] = sum(s["n_trials"] for s in out["searches"])
     out["epochs"] = sum(t["epochs"] for s in out["searches"] for t in s["trials"])
     out["load_average_end"] = load_average()
     return out
+
+
+def _replay_units(pool: Any, jobs_by_unit: list[list[list[TrialJob]]], out: dict[str, Any]) -> None:
+    """Each unit's jobs through `pool` at once, timed; its searches' replays appended to `out`."""
+    for unit in jobs_by_unit:
+        start = time.perf_counter()
+        trials = pool.map(replay_trial, [job for jobs in unit for job in jobs], chunksize=1)
+        wall = time.perf_counter() - start
+        out["units"].append({"dataset": unit[0][0].dataset, "families": [jobs[0].family for jobs in unit],
+                             "wall_s": wall, "n_trials": len(trials)})
+        for jobs in unit:
+            mine, trials = trials[:len(jobs)], trials[len(jobs):]
+            out["searches"].append({"dataset": jobs[0].dataset, "family": jobs[0].family, "n_trials": len(jobs),
+                                    "trials": mine})
+        print(f"  plain {unit[0][0].dataset}/{','.join(jobs[0].family for jobs in unit)}: {wall:.1f} s",
+              file=sys.stderr, flush=True)
 
 
 def _paired_trials(ctsweep: dict[str, Any], plain: dict[str, Any]) -> Iterator[tuple[str, dict, dict]]:

@@ -78,6 +78,7 @@ def render(report: dict[str, Any]) -> str:
         ratio = f"{c['wall_s'] / pl['wall_s']:.2f}" if pl else f"– ({c.get('error', '')[:60]})"
         lines.append(f"| {c['dataset']} | {', '.join(c['families'])} | {c.get('n_trials', 0)} | "
                      f"{_s(c['wall_s'])} | {_s(pl['wall_s']) if pl else '–'} | {ratio} |")
+    lines += cpu_lines(first)
     lines += ["", "## Throughput of the ctsweep path", "",
               "Searches only (Ray start-up left out; listed apart). Concurrency changes what ASHA sees "
               "when it decides, so the trials can run different numbers of epochs: epochs per hour "
@@ -90,6 +91,32 @@ def render(report: dict[str, Any]) -> str:
                      f"{_s(t['epochs_per_hour'], 0)} |")
     lines += ["", f"Command: `{report['settings']['command']}`", ""]
     return "\n".join(lines)
+
+
+def cpu_lines(first: dict[str, Any]) -> list[str]:
+    """Where each path's CPU time went (benchmarks/cpu_account.py), first repeat; none for older reports."""
+    c, pl = first["ctsweep"].get("cpu"), first["plain"].get("cpu")
+    if not c or not pl:
+        return []
+    lines = ["", "CPU time by process (first repeat; benchmarks/cpu_account.py: polled every "
+             f"{c['interval_s']:g} s, user + system). *trials*: the processes that ran trials (Tune's trial "
+             "actors; the pool's workers); *helpers*: the other processes each path started (Ray's GCS, raylet, "
+             "agents, idle workers; the pool's resource tracker); *other*: the rest of the machine.", "",
+             "| path | wall (s) | trials (CPU s) | driver (CPU s) | helpers (CPU s) | other (CPU s) "
+             "| cores busy, trials / the rest of the run |", "|---|---:|---:|---:|---:|---:|---|"]
+    for name, cpu in (("ctsweep", c), ("plain", pl)):
+        t = cpu["cpu_s"]
+        lines.append(f"| {name} | {_s(cpu['wall_s'])} | {_s(t['trials'])} | {_s(t['driver'])} | {_s(t['helpers'])} | "
+                     f"{_s(t['other'])} | {cpu['cores']['trials']:.2f} / "
+                     f"{cpu['cores']['driver'] + cpu['cores']['helpers']:.2f} |")
+    if pl["cpu_s"]["trials"]:
+        extra = c["cpu_s"]["driver"] + c["cpu_s"]["helpers"] - pl["cpu_s"]["driver"] - pl["cpu_s"]["helpers"]
+        lines += ["", f"Trial processes' CPU, ctsweep ÷ plain: **{c['cpu_s']['trials'] / pl['cpu_s']['trials']:.3f}** "
+                  "(what each trial does beyond training: checkpoints, reports, MLflow writes, Tune's trial "
+                  f"wrapper). The driver and helpers took {_s(extra)} CPU-seconds more than the plain loop's: "
+                  "with as many trial slots as cores they are taken from the trials; a cluster's head runs "
+                  "them on cores no trial uses."]
+    return lines
 
 
 def write_outputs(report: dict[str, Any], out: Path) -> str:

@@ -146,6 +146,10 @@ def test_quick_run_replays_the_same_trials_and_writes_both_outputs(
     assert run["ratio"] == pytest.approx(ctsweep["total_s"] / plain["total_s"])
     assert run["overhead_per_trial_s"] == pytest.approx((ctsweep["total_s"] - plain["total_s"]) / 2)
     assert saved["summary"]["ratio"] == pytest.approx(run["ratio"])
+    # CPU by process kind: both paths' trials trained in processes of their own, apart from the driver
+    for path in (ctsweep, plain):
+        assert path["cpu"]["cpu_s"]["trials"] > 0 and path["cpu"]["processes"]["trials"] >= 1
+    assert ctsweep["cpu"]["cpu_s"]["helpers"] > 0  # Ray's GCS and raylet at least
 
     rows = saved["throughput"]
     assert [(r["label"], r["max_concurrent"], r["n_trials"]) for r in rows] == [
@@ -155,5 +159,6 @@ def test_quick_run_replays_the_same_trials_and_writes_both_outputs(
 
     markdown = (tmp_path / "out" / "cluster.md").read_text()
     for text in ("QUICK SMOKE RUN", "## Overhead: ctsweep against a plain loop", "## Throughput of the ctsweep path",
-                 "| xor_event | cfc | 2 |", "| 1 worker(s) | 1 |"):
+                 "| xor_event | cfc | 2 |", "| 1 worker(s) | 1 |",
+                 "Trial processes' CPU, ctsweep ÷ plain"):
         assert text in markdown, text
