@@ -97,6 +97,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--min-steps", type=int, default=None,
                     help="search.min_steps for both paths: longer epochs (whole passes over the training split) "
                          "to measure the overhead at epochs of seconds, not a fraction of one")
+    ap.add_argument("--num-samples", type=int, default=None,
+                    help="search.num_samples (trials per family) for both paths: a longer sweep, whose one-off "
+                         "start-ups weigh less")
     ap.add_argument("--checkpoint-every-s", type=float, default=None,
                     help="search.checkpoint_every_s for the ctsweep path (0: a checkpoint every epoch)")
     args = ap.parse_args(argv)
@@ -106,6 +109,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if not 1 <= args.min_steps <= 10**6:
             raise ConfigError(f"--min-steps {args.min_steps}: allowed 1 to 1000000")
         args.search = args.search.model_copy(update={"min_steps": args.min_steps})
+    if args.num_samples is not None:
+        if not args.search.round_size <= args.num_samples <= 1000:  # a round never holds more than the search
+            raise ConfigError(f"--num-samples {args.num_samples}: allowed {args.search.round_size} "
+                              f"(search.round_size) to 1000")
+        args.search = args.search.model_copy(update={"num_samples": args.num_samples})
     if args.checkpoint_every_s is not None:
         if not 0 <= args.checkpoint_every_s <= 86400:
             raise ConfigError(f"--checkpoint-every-s {args.checkpoint_every_s:g}: allowed 0 to 86400")
@@ -176,11 +184,13 @@ def local_tracking() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def ray_for_run() -> Iterator[None]:
+def ray_for_run(num_cpus: int | None = None) -> Iterator[None]:
     """RAY_ADDRESS set: `pipeline.sweep.cluster.ray_session` connects to that cluster. Unset: a local
     Ray of this run's own. ray.init()'s default (what ray_session calls) would join the latest
     cluster any process on this machine started (/tmp/ray/ray_current_cluster): another user's
-    cluster, with its load, or a dead one that it waits on for minutes."""
+    cluster, with its load, or a dead one that it waits on for minutes. `num_cpus`: the local Ray's
+    CPUs, i.e. how many trials run at once however many families search at once (each family's
+    `max_concurrent` alone would let families x max_concurrent run); None: one per core."""
     if os.environ.get("RAY_ADDRESS"):
         from pipeline.sweep.cluster import ray_session
 
@@ -190,8 +200,8 @@ def ray_for_run() -> Iterator[None]:
     import ray
 
     # The options ray_session uses for the instance it starts.
-    ray.init(address="local", include_dashboard=False, log_to_driver=bool(os.environ.get("CTSWEEP_RAY_LOGS")),
-             configure_logging=False)
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+             log_to_driver=bool(os.environ.get("CTSWEEP_RAY_LOGS")), configure_logging=False)
     try:
         yield
     finally:
@@ -228,7 +238,9 @@ def run_ctsweep(root: Path, pairs: list[tuple[str, str]], p: SearchParams, seque
                            "sequential": sequential, "load_average_start": load_average(), "searches": [],
                            "units": []}
     start = time.perf_counter()
-    with CpuAccount() as cpu, ray_for_run():  # the driver's own ray_session finds Ray initialised and uses it
+    # As many CPUs as trials at a time (--workers): the plain pool's size, whatever the number of families
+    slots = math.ceil(p.max_concurrent * p.resources.cpu) if p.resources.gpu == 0 else None
+    with CpuAccount() as cpu, ray_for_run(slots):  # the driver's own ray_session finds Ray initialised
         out["ray_startup_s"] = time.perf_counter() - start
         out["ray_resources"] = {k: v for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU")}
         start = time.perf_counter()

@@ -115,6 +115,8 @@ def test_replay_trial_fails_where_the_trial_failed(tmp_path: Path) -> None:
     (["--trials-per-gpu", "two"], "--trials-per-gpu"),
     (["--workers", "0"], "--workers"),
     (["--workers", "4096"], "cores"),
+    (["--num-samples", "1"], "--num-samples"),  # below params.yaml's round of 2
+    (["--min-steps", "0"], "--min-steps"),
 ])
 def test_bad_flags_are_one_clear_error(flags: list[str], key: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -135,6 +137,7 @@ def test_quick_run_replays_the_same_trials_and_writes_both_outputs(
 
     (run,) = saved["overhead"]
     ctsweep, plain = run["ctsweep"], run["plain"]
+    assert ctsweep["ray_resources"]["CPU"] == 2  # the local Ray offers as many slots as the plain pool's workers
     (search,) = ctsweep["searches"]
     assert search["status"] == "ok" and search["n_trials"] == 2
     # The plain path trained exactly the epochs each ctsweep trial reported.
