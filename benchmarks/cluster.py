@@ -100,6 +100,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--num-samples", type=int, default=None,
                     help="search.num_samples (trials per family) for both paths: a longer sweep, whose one-off "
                          "start-ups weigh less")
+    ap.add_argument("--rounds-in-flight", type=int, default=None,
+                    help="search.rounds_in_flight for the ctsweep path: 2 lets a family's next round take the "
+                         "slots its current round's fast trials free (the plain loop has no rounds)")
     ap.add_argument("--checkpoint-every-s", type=float, default=None,
                     help="search.checkpoint_every_s for the ctsweep path (0: a checkpoint every epoch)")
     args = ap.parse_args(argv)
@@ -114,6 +117,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             raise ConfigError(f"--num-samples {args.num_samples}: allowed {args.search.round_size} "
                               f"(search.round_size) to 1000")
         args.search = args.search.model_copy(update={"num_samples": args.num_samples})
+    if args.rounds_in_flight is not None:
+        if not 1 <= args.rounds_in_flight <= 8:
+            raise ConfigError(f"--rounds-in-flight {args.rounds_in_flight}: allowed 1 to 8")
+        args.search = args.search.model_copy(update={"rounds_in_flight": args.rounds_in_flight})
     if args.checkpoint_every_s is not None:
         if not 0 <= args.checkpoint_every_s <= 86400:
             raise ConfigError(f"--checkpoint-every-s {args.checkpoint_every_s:g}: allowed 0 to 86400")

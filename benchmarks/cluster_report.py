@@ -34,7 +34,8 @@ def render(report: dict[str, Any]) -> str:
         f"Workload: {', '.join(w['datasets'])} × {', '.join(w['families'])} ({len(w['pairs'])} searches); "
         f"num_samples {p['num_samples']}, epochs {p['epochs']} (ASHA grace {p['asha']['grace_period']}, "
         f"reduction {p['asha']['reduction_factor']:g}), trial_time_limit_s {p['trial_time_limit_s']}, "
-        f"resources cpu {p['resources']['cpu']:g}, min_steps {p.get('min_steps', 1)}, checkpoint_every_s "
+        f"resources cpu {p['resources']['cpu']:g}, min_steps {p.get('min_steps', 1)}, round_size "
+        f"{p.get('round_size', 1)}, rounds_in_flight {p.get('rounds_in_flight', 1)}, checkpoint_every_s "
         f"{p.get('checkpoint_every_s', 0):g} (0: every epoch), device {report['settings']['device']}. "
         f"Dataset sizes: {w['sizes']}.", "",
         "## Overhead: ctsweep against a plain loop", "",

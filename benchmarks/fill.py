@@ -79,6 +79,9 @@ class Workload:
     # A family's study proposes a round of 4 and learns from it when all 4 have ended (issue 28):
     # the same 4 live trials per family as before rounds, decided whatever the arrival order.
     round_size: int = 4
+    # Rounds of a family's study live at once (search.rounds_in_flight): 1, a round waits for the
+    # previous one's slowest trial; 2, the next round takes the slots its fast trials free.
+    rounds_in_flight: int = 1
     n_startup_trials: int = 3
     # Shorter than most real epochs so that both modes fit in 14 to 19 minutes here (2 cores,
     # mostly the before mode). Longer epochs stretch both; with today's driver they also raise the
@@ -101,7 +104,7 @@ class Workload:
 
     def params(self) -> SearchParams:
         return SearchParams(num_samples=self.num_samples, max_concurrent=self.max_concurrent, epochs=self.epochs,
-                            round_size=self.round_size,
+                            round_size=self.round_size, rounds_in_flight=self.rounds_in_flight,
                             n_startup_trials=self.n_startup_trials, trial_time_limit_s=3600.0,
                             asha=AshaParams(grace_period=self.grace_period, reduction_factor=self.reduction_factor),
                             resources=Resources(cpu=1), max_failures=0)
@@ -472,6 +475,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     "(default: the workload's, 4; 2 on --quick)")
     ap.add_argument("--max-concurrent", type=int, default=None, help="live trials per family at most "
                     "(default: the workload's, 4; 2 on --quick)")
+    ap.add_argument("--rounds-in-flight", type=int, default=None, help="rounds of a family's study live at once, "
+                    "1 to 8 (search.rounds_in_flight; default: the workload's, 1)")
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.replace(" ", "").split(",") if m]
     if not modes or any(m not in known for m in modes):
@@ -483,6 +488,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         workload = replace(workload, round_size=args.round_size)
     if args.max_concurrent is not None:
         workload = replace(workload, max_concurrent=args.max_concurrent)
+    if args.rounds_in_flight is not None:
+        if not 1 <= args.rounds_in_flight <= 8:
+            ap.error(f"--rounds-in-flight {args.rounds_in_flight}: allowed 1 to 8")
+        workload = replace(workload, rounds_in_flight=args.rounds_in_flight)
     start, load_start = time.perf_counter(), load_average()
     work = Path(tempfile.mkdtemp(prefix="ctsweep-bench-fill-")).resolve()
     try:

@@ -35,10 +35,12 @@ def _space(trial) -> None:
     trial.suggest_float("lr", 1e-4, 1e-1, log=True)
 
 
-def _family_searcher(budgets: dict[str, int], max_concurrent: int = 2, round_size: int = 2) -> FamilySearcher:
+def _family_searcher(budgets: dict[str, int], max_concurrent: int = 2, round_size: int = 2,
+                     rounds_in_flight: int = 1) -> FamilySearcher:
     searchers = {f: make_searcher(_space, None, "val_metric", "max", seed=i, n_startup_trials=1, max_epochs=3)
                  for i, f in enumerate(budgets)}
-    return FamilySearcher(searchers, budgets, max_concurrent, "val_metric", "max", round_size=round_size)
+    return FamilySearcher(searchers, budgets, max_concurrent, "val_metric", "max", round_size=round_size,
+                          rounds_in_flight=rounds_in_flight)
 
 
 def test_families_take_turns_within_their_budgets_and_rounds() -> None:
@@ -83,10 +85,12 @@ def test_save_and_restore_keep_every_study_the_live_trials_and_the_held_results(
     assert restored.suggest("t3")[FAMILY_KEY] == "b" and restored.suggest("t4") == Searcher.FINISHED
 
 
-def _run_rounds(order: list[str], round_size: int, max_concurrent: int) -> list[dict]:
+def _run_rounds(order: list[str], round_size: int, max_concurrent: int, rounds_in_flight: int = 1,
+                budget: int = 6) -> list[dict]:
     """Drive one family's searcher: trials end in `order`'s sense (scores fixed per trial number,
     arrival order as given); returns every proposal."""
-    s = _family_searcher({"a": 6}, max_concurrent=max_concurrent, round_size=round_size)
+    s = _family_searcher({"a": budget}, max_concurrent=max_concurrent, round_size=round_size,
+                         rounds_in_flight=rounds_in_flight)
     proposals, live, n = [], {}, 0
     while True:
         got = s.suggest(f"t{n}")
@@ -108,6 +112,66 @@ def test_proposals_do_not_depend_on_arrival_order_or_concurrency() -> None:
     # many run at once: results are told per round, in trial-number order.
     runs = [_run_rounds(order, 3, cap) for order in (["first"], ["last"], ["first", "last"]) for cap in (1, 2, 3)]
     assert all(r == runs[0] for r in runs[1:]) and len(runs[0]) == 6
+
+
+def test_rounds_in_flight_propose_the_same_whatever_ends_first_and_however_many_run() -> None:
+    # Two rounds in flight: round k is proposed from rounds 0..k-2, whenever their trials ended.
+    orders = (["first"], ["last"], ["first", "last"], ["last", "last", "first"])
+    runs = [_run_rounds(order, 2, cap, rounds_in_flight=2, budget=10) for order in orders for cap in (1, 2, 3, 4)]
+    assert all(r == runs[0] for r in runs[1:]) and len(runs[0]) == 10
+    # TPE learned one round later than with one round in flight, so from round 1 on it proposed otherwise
+    one = _run_rounds(["first"], 2, 2, rounds_in_flight=1, budget=10)
+    assert one[:2] == runs[0][:2] and one[2:] != runs[0][2:]
+
+
+def test_tune_may_start_every_round_in_flight_at_once() -> None:
+    from pipeline.sweep.plans import start_limit
+
+    def limit(**kw: int) -> int:  # an autoscaling cluster: only the families' caps count, no Ray asked
+        return start_limit(SearchParams(num_samples=12, autoscaling=True, **kw), [object(), object()])
+    assert limit(round_size=2, max_concurrent=8) == 4  # one round of 2 per family
+    assert limit(round_size=2, max_concurrent=8, rounds_in_flight=3) == 12
+    assert limit(round_size=2, max_concurrent=5, rounds_in_flight=3) == 10  # the cap still holds
+
+
+def _states(s: FamilySearcher) -> list[str]:
+    return [t.state.name for t in s.study_searcher("a")._ot_study.get_trials(deepcopy=False)]
+
+
+def test_a_round_is_told_only_once_the_rounds_after_it_in_flight_are_proposed() -> None:
+    s = _family_searcher({"a": 6}, max_concurrent=4, round_size=2, rounds_in_flight=2)
+    assert all(isinstance(s.suggest(f"t{i}"), dict) for i in range(3))  # round 0 and half of round 1, none ended
+    for trial in ("t0", "t1"):
+        s.on_trial_complete(trial, {"val_metric": 0.5, "epoch": 3})
+    assert _states(s) == ["RUNNING"] * 3  # round 0 ended, but round 1 is not all proposed: held
+    assert s.live_trials() == {"a": 1}
+    assert isinstance(s.suggest("t3"), dict)  # round 1's last proposal, from nothing told ...
+    assert _states(s) == ["COMPLETE"] * 2 + ["RUNNING"] * 2  # ... and then round 0 is told
+    assert s.suggest("t4")[TRIAL_NUMBER_KEY] == 4 and isinstance(s.suggest("t5"), dict)  # round 2, from round 0
+    assert s.suggest("t6") == Searcher.FINISHED
+    s.on_trial_complete("t5", {"val_metric": 0.9, "epoch": 3})  # round 2 ends before round 1: held
+    s.on_trial_complete("t4", {"val_metric": 0.8, "epoch": 1})
+    assert _states(s)[4:] == ["RUNNING"] * 2
+    s.on_trial_complete("t2", {"val_metric": 0.1, "epoch": 3})
+    s.on_trial_complete("t3", {"val_metric": 0.2, "epoch": 3})  # round 1 ends: it and the held round 2 are told
+    assert _states(s) == ["COMPLETE"] * 4 + ["PRUNED", "COMPLETE"]
+
+
+def test_a_searcher_saved_before_rounds_in_flight_restores_with_one(tmp_path: Path) -> None:
+    import pickle
+
+    s = _family_searcher({"a": 4})
+    s.suggest("t0")
+    state = s.__dict__.copy()
+    for name in ("_in_flight", "_round_of"):  # what an experiment saved by the previous version holds
+        del state[name]
+    old = FamilySearcher.__new__(FamilySearcher)
+    old.__dict__.update(state)
+    restored = pickle.loads(pickle.dumps(old))
+    assert restored._in_flight == 1 and isinstance(restored.suggest("t1"), dict) and restored.suggest("t2") is None
+    for trial in ("t0", "t1"):  # trials with no round recorded belong to the round in flight
+        restored.on_trial_complete(trial, {"val_metric": 0.5, "epoch": 3})
+    assert isinstance(restored.suggest("t2"), dict)
 @pytest.mark.slow
 def test_trial_slots_count_what_the_cluster_runs_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)

@@ -146,6 +146,9 @@ def _refused(path, *fragments: str) -> str:
     ("search", "round_size", 0, "greater than or equal to 1"),
     ("search", "round_size", -2, "greater than or equal to 1"),
     ("search", "round_size", 7, "more than search.num_samples (6)"),  # a round larger than the search
+    ("search", "rounds_in_flight", 0, "greater than or equal to 1"),
+    ("search", "rounds_in_flight", 9, "less than or equal to 8"),
+    ("search", "rounds_in_flight", "two", "valid integer"),
     ("search", "repeats", 0, "greater than or equal to 1"),
     ("search", "repeats", -1, "greater than or equal to 1"),
     ("search", "repeats", 21, "less than or equal to 20"),

@@ -2,8 +2,9 @@
 stage run twice with the real stack (Ray Tune, Optuna, MLflow), once one trial at a time and once
 four at a time beside a CPU-bound process, give identical result files and metrics.json.
 
-What makes them equal: each family's study proposes and learns in fixed rounds (pipeline.sweep.
-families), ASHA judges a trial against earlier rounds only (pipeline.sweep.scheduling), every
+What makes them equal: each family's study proposes and learns in fixed rounds, here with two
+rounds in flight (pipeline.sweep.families), ASHA judges a trial against the rounds its proposal
+saw (pipeline.sweep.scheduling), every
 "best" follows one rule that reads no time (pipeline.training.selection), and metrics.json holds
 no timings. What may differ (run ids, Ray trial ids, paths, seconds) `ctsweep compare` ignores.
 """
@@ -45,8 +46,11 @@ def _project(root: Path) -> Path:
 
 def _run(root: Path, cpus: int, max_concurrent: int) -> None:
     """search -> final -> report on a fresh local Ray of `cpus` CPUs (one CPU per trial and seed)."""
-    search = SearchParams(num_samples=4, round_size=2, max_concurrent=max_concurrent, epochs=3, n_startup_trials=1,
-                          asha=AshaParams(grace_period=1, reduction_factor=2), resources=Resources(cpu=1))
+    # Rounds of one, two in flight: trial k is proposed from, and judged against, trials 0..k-2,
+    # while trial k-1 may still run (the default's one round in flight is its special case).
+    search = SearchParams(num_samples=4, round_size=1, rounds_in_flight=2, max_concurrent=max_concurrent, epochs=3,
+                          n_startup_trials=1, asha=AshaParams(grace_period=1, reduction_factor=2),
+                          resources=Resources(cpu=1))
     ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)
     try:
         search_many(root, "x", FAMILIES, search)

@@ -143,11 +143,12 @@ class _NumberedTrial:
         self.trial_id, self.config = f"t{number}", {"optuna_trial_number": number}
 
 
-def _decisions(scores: dict[int, float], arrival: list[int], round_size: int) -> dict[int, str]:
+def _decisions(scores: dict[int, float], arrival: list[int], round_size: int,
+               rounds_in_flight: int = 1) -> dict[int, str]:
     """ASHA's decision at the epoch-1 rung for each trial, results arriving in `arrival` order
     (earlier rounds always end before a later round starts, as the family's searcher ensures)."""
     asha = ResumableASHA(HistorySource("", "", "", "val_metric"), round_size=round_size, max_t=MAX_EPOCHS,
-                         grace_period=1, reduction_factor=2)
+                         grace_period=1, reduction_factor=2, rounds_in_flight=rounds_in_flight)
     asha.set_search_properties("val_metric", "max")
     asha._refilled = True  # nothing to refill: a fresh search
     trials = {n: _NumberedTrial(n) for n in scores}
@@ -168,3 +169,19 @@ def test_asha_decides_by_earlier_rounds_never_by_arrival_order() -> None:
         [TrialScheduler.CONTINUE] * 2
     # Ray's own rule (judged against whoever arrived first) would depend on the order:
     # in round 1, trial 3 arriving before trial 2 would face {0.5, 0.9} and trial 2 {0.5, 0.9, 0.4}.
+
+
+def test_with_two_rounds_in_flight_asha_judges_a_round_against_those_two_back() -> None:
+    scores = {0: 0.5, 1: 0.9, 2: 0.6, 3: 0.4, 4: 0.95, 5: 0.55, 6: 0.3, 7: 0.7}
+    rounds = [[0, 1], [2, 3], [4, 5], [6, 7]]
+    # round k runs beside round k-1: any interleaving of the two is possible; here round k-1's
+    # trials arrive after round k's or before them
+    late = [0, 1, 4, 5, 2, 3, 6, 7]
+    orders = [[n for r in rounds for n in r], [n for r in rounds for n in reversed(r)], late]
+    first, *others = (_decisions(scores, order, 2, rounds_in_flight=2) for order in orders)
+    assert all(o == first for o in others)
+    # rounds 0 and 1: nothing two rounds back, all go on; round 2 against round 0 {0.5, 0.9}: the
+    # cutoff 0.7 stops 5 (0.55), not 4 (0.95); round 3 against rounds 0-1 {0.5, 0.9, 0.6, 0.4}:
+    # the cutoff 0.55 stops 6 (0.3), not 7 (0.7)
+    C, S = TrialScheduler.CONTINUE, TrialScheduler.STOP
+    assert [first[n] for n in range(8)] == [C, C, C, C, C, S, S, C]

@@ -22,6 +22,13 @@ A *unit* is one search: a family and a repeat (`search.repeats`; repeat r sample
   TPE proposes depends on the results alone, never on which trial reported first, how many ran
   at once (`max_concurrent`, a cap on a unit's live trials, only spreads a round over time) or
   how loaded the machine was. The round size is a search parameter, not a machine property.
+- Rounds in flight (`rounds_in_flight` = n, default 1): round k may be proposed once rounds
+  0..k-n have been told, so n rounds run at once and a slot freed by a round's fast trials goes
+  to the unit's next round instead of waiting for the round's slowest trial (the wait the fill
+  and cluster benchmarks measured). To keep proposals independent of timing, round j is told
+  only when it has ended *and* the last trial of round j+n-1 has been proposed: every proposal
+  of round k then sees exactly rounds 0..k-n, whenever their trials ended. The price: TPE learns
+  from a round n-1 rounds later than it could.
 - `FamilyScheduler` holds one ASHA per unit (ResumableASHA): a trial is judged against the
   earlier rounds of its own unit only, never by arrival order (scheduling.py, 3.).
 
@@ -91,18 +98,25 @@ class FamilySearcher(Searcher):
     """
 
     def __init__(self, searchers: Mapping[Any, BudgetAwareOptunaSearch], budgets: Mapping[Any, int],
-                 max_concurrent: int, metric: str, mode: str, round_size: int) -> None:
+                 max_concurrent: int, metric: str, mode: str, round_size: int, rounds_in_flight: int = 1) -> None:
         super().__init__(metric=metric, mode=mode)
         self._searchers = {_unit(k): s for k, s in searchers.items()}
         self._budgets = {_unit(k): int(n) for k, n in budgets.items()}
         self._max_concurrent = max_concurrent
         self._round_size = round_size
+        self._in_flight = rounds_in_flight
         self._given = {u: 0 for u in self._searchers}
         self._told = {u: 0 for u in self._searchers}  # trials of finished rounds, told to the study
         self._live: dict[Unit, set[str]] = {u: set() for u in self._searchers}
         self._held: dict[Unit, dict[str, tuple[dict | None, bool]]] = {u: {} for u in self._searchers}
         self._unit_of: dict[str, Unit] = {}
+        self._round_of: dict[str, int] = {}  # trial id -> its round in its unit (given // round_size)
         self._cursor = 0
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Unpickled by Tuner.restore: a searcher saved before rounds in flight had one, and recorded
+        # no trial's round (each then belongs to the oldest round: _tell_ended_rounds).
+        self.__dict__.update({"_in_flight": 1, "_round_of": {}, **state})
 
     @property
     def families(self) -> list[str]:
@@ -125,8 +139,9 @@ class FamilySearcher(Searcher):
         return True
 
     def _round_end(self, unit: Unit) -> int:
-        """How many trials the unit may have proposed by the end of its current round."""
-        return min(self._budgets[unit], self._told[unit] + self._round_size)
+        """How many trials the unit may have proposed until its oldest untold round is told:
+        that round and the `rounds_in_flight` - 1 after it."""
+        return min(self._budgets[unit], self._told[unit] + self._in_flight * self._round_size)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None | str:
         units = list(self._searchers)
@@ -139,9 +154,11 @@ class FamilySearcher(Searcher):
             config = self._searchers[unit].suggest(trial_id)
             if config is None or config == Searcher.FINISHED:
                 continue
+            self._round_of[trial_id] = self._given[unit] // self._round_size
             self._given[unit] += 1
             self._live[unit].add(trial_id)
             self._unit_of[trial_id] = unit
+            self._tell_ended_rounds(unit)  # the round's last proposal may be what its oldest round waited for
             self._cursor = (self._cursor + offset + 1) % len(units)
             number = self._searchers[unit].trial_number(trial_id)
             return {FAMILY_KEY: unit[0], REPEAT_KEY: unit[1],
@@ -161,17 +178,28 @@ class FamilySearcher(Searcher):
             return  # told already (Tune may report an errored trial twice)
         self._live[unit].discard(trial_id)
         self._held[unit][trial_id] = (result, error)
-        if self._given[unit] == self._round_end(unit) and not self._live[unit]:
-            self._end_round(unit)
+        self._tell_ended_rounds(unit)
 
-    def _end_round(self, unit: Unit) -> None:
-        """Tell the study the round's results in trial-number order; the next round may begin."""
-        searcher, held = self._searchers[unit], self._held[unit]
-        for trial_id in sorted(held, key=lambda t: (searcher.trial_number(t) is None, searcher.trial_number(t) or 0, t)):
-            result, error = held[trial_id]
+    def _tell_ended_rounds(self, unit: Unit) -> None:
+        """Tell the study its oldest round, while that round has ended and every proposal that must
+        not see it (up to the end of the rounds in flight) has been made; the next round may begin."""
+        while self._given[unit] == self._round_end(unit) and self._given[unit] > self._told[unit]:
+            oldest = self._told[unit] // self._round_size
+            # a trial proposed before rounds were recorded per trial (an old experiment's state,
+            # one round in flight) belongs to the oldest round
+            if any(self._round_of.get(t, oldest) == oldest for t in self._live[unit]) \
+                    or not self._end_round(unit, oldest):
+                return
+
+    def _end_round(self, unit: Unit, oldest: int) -> int:
+        """Tell the study the round's results in trial-number order; returns how many were told."""
+        searcher = self._searchers[unit]
+        ended = [t for t in self._held[unit] if self._round_of.get(t, oldest) == oldest]
+        for trial_id in sorted(ended, key=lambda t: (searcher.trial_number(t) is None, searcher.trial_number(t) or 0, t)):
+            result, error = self._held[unit].pop(trial_id)
             searcher.on_trial_complete(trial_id, result=result, error=error)
-        self._told[unit] += len(held)
-        self._held[unit] = {}
+        self._told[unit] += len(ended)
+        return len(ended)
 
     def live_trials(self) -> dict[str, int]:
         """{family: trials proposed and not yet complete}, over the family's repeats."""
@@ -183,7 +211,7 @@ class FamilySearcher(Searcher):
     # Tune saves the searcher with the experiment state and restores it into the unpickled one.
     # Every unit's study state is saved with the bookkeeping; OptunaSearch's own save/restore
     # is the same copy of its __dict__.
-    _STATE = ("_given", "_told", "_live", "_held", "_unit_of", "_cursor")
+    _STATE = ("_given", "_told", "_live", "_held", "_unit_of", "_round_of", "_cursor")
 
     def save(self, checkpoint_path: str) -> None:
         state = {name: getattr(self, name) for name in self._STATE}
@@ -201,6 +229,7 @@ class FamilySearcher(Searcher):
                      "studies": {_unit(f): s for f, s in state["studies"].items()}}
             state["_told"] = {u: n - len(state["_live"].get(u, ())) for u, n in state["_given"].items()}
             state["_held"] = {u: {} for u in state["_given"]}
+        state.setdefault("_round_of", {})  # saved before rounds in flight: one round, its trials all oldest
         for name in self._STATE:
             setattr(self, name, state[name])
         for unit, study_state in state["studies"].items():

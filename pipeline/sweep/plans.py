@@ -52,8 +52,10 @@ def search_fingerprint(dataset: str, family: str, p: SearchParams, space_file: P
     `causal`: the space as a per-step dataset searches it when causal_space changed it (never
     resume a search whose trials read later steps); None keeps every other fingerprint as it was."""
     code = user_families.code_digest(family)  # a family of the user's: its code too (built-in: the stage's digest)
-    # min_steps only when set: a search run before the floor existed trained with none (1)
+    # min_steps and rounds_in_flight only when set: a search run before they existed had their
+    # defaults (no floor, one round in flight), and its fingerprint stays as it was
     unchanged = ({"min_steps"} if p.min_steps == 1 else set()) | {"fixed"}  # fixed: this family's own, below
+    unchanged |= {"rounds_in_flight"} if p.rounds_in_flight == 1 else set()
     own = p.fixed.get(family)
     adjusted = None if causal is None else {"params": {n: dataclasses.asdict(s) for n, s in causal.params.items()},
                                             "fixed": causal.fixed, "reference": causal.reference}
@@ -136,8 +138,8 @@ def start_limit(p: SearchParams, plans: list[FamilyPlan]) -> int:
     """How many trials Tune may start at once: every family's live-trial cap together, but no
     more than the cluster runs at once (the rest would only wait as placement groups); an
     autoscaling cluster grows, so there only the caps count."""
-    # a unit (family, repeat) never has more than a round of trials live
-    caps = sum(min(p.max_concurrent, p.round_size) for _ in plans) * p.repeats
+    # a unit (family, repeat) never has more than its rounds in flight live
+    caps = sum(min(p.max_concurrent, p.rounds_in_flight * p.round_size) for _ in plans) * p.repeats
     return caps if p.autoscaling else min(caps, trial_slots([plan.res for plan in plans]))
 
 

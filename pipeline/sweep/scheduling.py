@@ -21,7 +21,9 @@
    ended before round k began (its family's searcher holds the next round back until then): a
    decision depends on the trial's own scores and on earlier rounds, never on arrival order.
    Within the first round no trial is stopped (nothing earlier to compare with), as Ray's ASHA
-   never stops the first trial to reach a rung.
+   never stops the first trial to reach a rung. With n rounds in flight (`rounds_in_flight`), round
+   k is judged against rounds 0..k-n, the ones its searcher had seen end before proposing it; the
+   first n rounds stop no trial.
 """
 
 from __future__ import annotations
@@ -108,21 +110,23 @@ class ResumableASHA(ASHAScheduler):
 
     `round_size`: trials per round of the family's study. A trial's round is its Optuna trial
     number (config key `optuna_trial_number`) // round_size; a trial without one (tests, an old
-    experiment's trials) gets the order in which it was added instead.
+    experiment's trials) gets the order in which it was added instead. `rounds_in_flight` = n:
+    round k is judged against rounds 0..k-n (pipeline.sweep.families).
     """
 
-    def __init__(self, history: HistorySource, round_size: int = 1, **kwargs: Any) -> None:
+    def __init__(self, history: HistorySource, round_size: int = 1, rounds_in_flight: int = 1, **kwargs: Any) -> None:
         super().__init__(time_attr=EPOCH, brackets=1, **kwargs)
         self._history = history
         self._refilled = False
         self._round_size = round_size
+        self._in_flight = rounds_in_flight
         self._round: dict[str, int] = {}  # trial id -> round; refilled trials of unknown number: -1
         self._added = 0
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # Unpickled: Tuner.restore is rebuilding the experiment; refill before the first decision.
         # A scheduler pickled before rounds existed judged every trial as its own round.
-        self.__dict__.update({"_round_size": 1, "_round": {}, "_added": 0, **state})
+        self.__dict__.update({"_round_size": 1, "_in_flight": 1, "_round": {}, "_added": 0, **state})
         self._refilled = False
 
     def refill(self, history: dict[str, dict[int, float]], numbers: dict[str, int] | None = None) -> int:
@@ -175,7 +179,9 @@ class ResumableASHA(ASHAScheduler):
             if epoch < milestone or trial_id in recorded:
                 continue
             mine = self._round.get(trial_id, 0)
-            earlier = [v for t, v in recorded.items() if self._round.get(t, -1) < mine]
+            # earlier: rounds 0..mine-n, and refilled trials of unknown round (-1), all ended before this one began
+            earlier = [v for t, v in recorded.items()
+                       if (r := self._round.get(t, -1)) < 0 or r <= mine - self._in_flight]
             recorded[trial_id] = value
             if earlier and value < np.nanpercentile(earlier, (1 - 1 / bracket.rf) * 100):
                 return TrialScheduler.STOP

@@ -52,10 +52,11 @@ def new_tuner(plans: list[FamilyPlan], contexts: dict[str, TrialContext], data: 
                                             METRIC, mode, unit_seeds(p, repeat)[0], p.n_startup_trials, p.epochs)
             schedulers[unit] = ResumableASHA(  # metric, mode: from Tune
                 HistorySource(ctx.tracking_uri, ctx.experiment_id, ctx.parent_run_id, METRIC, repeat),
-                round_size=p.round_size, max_t=p.epochs, grace_period=min(p.asha.grace_period, p.epochs),
+                round_size=p.round_size, rounds_in_flight=p.rounds_in_flight, max_t=p.epochs,
+                grace_period=min(p.asha.grace_period, p.epochs),
                 reduction_factor=p.asha.reduction_factor)
     searcher = FamilySearcher(searchers, {unit: p.num_samples for unit in searchers}, p.max_concurrent, METRIC, mode,
-                              round_size=p.round_size)
+                              round_size=p.round_size, rounds_in_flight=p.rounds_in_flight)
     return tune.Tuner(
         trainable(contexts, data, plans, trial_fn),
         # reuse_actors: a trial process (torch, the models and the dataset already loaded) runs the
