@@ -291,3 +291,15 @@ def test_the_persisted_study_has_every_epoch_and_links_each_trial_to_its_run(scr
         assert trial.user_attrs["ray_trial_id"] == runs[n].data.tags["ray_trial_id"]
     assert "scripted failure: loss became non-finite" in trials[2].user_attrs["fail_reason"]
     assert "fail_reason" not in trials[0].user_attrs and "fail_reason" not in trials[1].user_attrs
+
+
+def test_families_records_are_built_at_once_only_when_both_stores_are_servers() -> None:
+    from pipeline.sweep.records import RECORD_WORKERS, record_workers
+
+    pg, http = "postgresql://ctsweep@127.0.0.1:5433/optuna", "http://127.0.0.1:5000"
+    assert record_workers(pg, http, 12) == RECORD_WORKERS and record_workers(pg, http, 3) == 3
+    assert record_workers(pg, http, 1) == 1
+    # an SQLite file (MLflow's or Optuna's) has one writer: one family at a time
+    assert record_workers("sqlite:////p/optuna.db", http, 12) == 1
+    assert record_workers(pg, "sqlite:////p/mlflow.db", 12) == 1
+    assert record_workers(pg, "/p/mlruns", 12) == 1  # a file store

@@ -119,11 +119,9 @@ class SearchParams(_Strict):
         "them (and ASHA compares with them) only once the whole round has ended, so no decision depends on the order "
         f"in which results arrive (1 to num_samples; left out: {DEFAULT_ROUND}, or num_samples if fewer)")
     rounds_in_flight: int = Field(
-        1, ge=1, le=MAX_ROUNDS_IN_FLIGHT, description="rounds of a family's study live at once (1 to "
-        f"{MAX_ROUNDS_IN_FLIGHT}): round k is proposed from, and judged by ASHA against, rounds 0 to k - "
-        "rounds_in_flight only. 1: a round waits for the whole previous round. 2: the next round starts while the "
-        "previous one runs, so slots never wait for a round's slowest trial, and TPE learns from a round one round "
-        "later; either way the same at any concurrency and load (pipeline/sweep/families.py)")
+        1, ge=1, le=MAX_ROUNDS_IN_FLIGHT, description=f"rounds of a family's study live at once (1 to {MAX_ROUNDS_IN_FLIGHT}"
+        "): round k is proposed from, and judged by ASHA against, rounds 0 to k - rounds_in_flight; 2: no slot waits "
+        "for a round's slowest trial, TPE learns a round later; the same at any concurrency (pipeline/sweep/families.py)")
     repeats: int = Field(
         1, ge=1, le=MAX_REPEATS, description=f"independent searches per family (1 to {MAX_REPEATS}), repeat r with "
         "sampler_seed + r and trial_seed + r; the final stage trains each repeat's best on every seed")

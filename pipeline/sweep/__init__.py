@@ -12,7 +12,8 @@
     tuner         the Ray Tune run: one trainable for every family, the family searcher and
                   scheduler, and what Ray kept of them after a restore
     families      a searcher holding one Optuna study per family and search repeat, told in
-                  rounds (never in arrival order), and a scheduler holding one ASHA per family
+                  rounds (never in arrival order; one or more rounds in flight), and a
+                  scheduler holding one ASHA per family
                   and repeat, so the searches share the trial slots and nothing else
     records       what a search's trials came to: per-trial records, their MLflow runs closed
                   with Tune's outcome, the family's record (best configuration or reasons) and

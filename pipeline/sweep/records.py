@@ -207,6 +207,20 @@ def optuna_states(searcher: Any) -> dict[str, int]:
     return states
 
 
+RECORD_WORKERS = 8  # families whose records are built at once when both stores are database servers
+
+
+def record_workers(optuna_url: str, tracking_uri: str, families: int) -> int:
+    """How many families' records (closing their trials' MLflow runs, copying their Optuna
+    studies, fANOVA) to build at once after a search. Copying a study and closing runs are
+    round trips to the stores: after a 12-family search through `mlflow server` on PostgreSQL
+    they took most of the 214 s between the last trial's end and the search's return, one family
+    after another, with every trial slot idle (benchmarks/results/fill-postgres-r8-flight2).
+    A database server takes them at once; an SQLite file has one writer, so there one at a time."""
+    one_writer = [u for u in (optuna_url, tracking_uri) if u.startswith("sqlite") or "://" not in u]
+    return 1 if one_writer else max(1, min(RECORD_WORKERS, families))
+
+
 def family_record(root: Path, dataset: str, p: SearchParams, meta: Any, plan: FamilyPlan,
                    client: tracking.MlflowClient, exp_id: str, path: str, searcher: FamilySearcher,
                    scheduler: FamilyScheduler, results: list[Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -58,7 +59,7 @@ from pipeline.sweep.epoch_time import check_time_limit
 from pipeline.sweep.families import family_of
 from pipeline.sweep.parents import close_parent, log_outcome, open_parents
 from pipeline.sweep.plans import FamilyPlan, plan_family, start_limit, trial_contexts
-from pipeline.sweep.records import family_record, failed_path, kept_result
+from pipeline.sweep.records import family_record, failed_path, kept_result, record_workers
 from pipeline.sweep.trial import run_trial
 from pipeline.sweep.tuner import TrialFn, new_tuner, restored_tuner, scheduler_of, searcher_of
 
@@ -287,7 +288,14 @@ def _run(root: Path, group: list[_Part], p: SearchParams, mode: str, path: str, 
         raise Interrupted(interrupt.signum)
     searcher, scheduler = searcher_of(tuner), scheduler_of(tuner)  # the ones that ran
     results = list(grid)
-    return {(part.dataset, plan.family): family_record(
-                root, part.dataset, p, part.meta, plan, part.client, part.exp_id, path, searcher, scheduler,
-                [r for r in results if r.config and family_of(r.config) == plan.key])
-            for part in group for plan in part.todo}
+    jobs = [(part, plan) for part in group for plan in part.todo]
+
+    def record(job: tuple[_Part, FamilyPlan]) -> dict[str, Any]:
+        part, plan = job  # a client of its own: the families' records may be built in threads
+        return family_record(root, part.dataset, p, part.meta, plan, tracking.MlflowClient(part.client.tracking_uri),
+                             part.exp_id, path, searcher, scheduler,
+                             [r for r in results if r.config and family_of(r.config) == plan.key])
+    workers = record_workers(sensitivity.storage_url(root, p.optuna_storage), group[0].client.tracking_uri, len(jobs))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        records = list(pool.map(record, jobs))  # in job order; the first family's error is raised
+    return {(part.dataset, plan.family): rec for (part, plan), rec in zip(jobs, records)}
