@@ -158,6 +158,42 @@ def test_optuna_storage_takes_eight_processes_on_one_study(postgres_server: post
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no SQLite file beside it
 
 
+def _fresh_database(server: postgres.Server, name: str) -> str:
+    """A new, empty database owned by the project's role (created as the superuser); its URL."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(host="127.0.0.1", port=server.port, user=postgres.SUPERUSER, dbname="postgres",
+                         passfile=str(server.passfile), autocommit=True) as connection:
+        connection.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name),
+                                                                        sql.Identifier(postgres.ROLE)))
+    return server.url(name)
+
+
+def test_eight_families_studies_are_copied_at_once_into_a_new_database(postgres_server: postgres.Server) -> None:
+    # After a search through database servers, the families' records are built in threads
+    # (pipeline.sweep.records.record_workers), each copying its study. Eight threads opening a new
+    # database at once raced on creating Optuna's tables; the search creates them first.
+    from concurrent.futures import ThreadPoolExecutor
+
+    import optuna
+
+    from pipeline.sweep.sensitivity import create_schema, persist_study
+
+    url = _fresh_database(postgres_server, "optuna_threads")
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=5)
+    create_schema(url)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        names = list(pool.map(lambda i: persist_study(study, url, f"family-{i}", {"family": f"f{i}"},
+                                                      {0: {"mlflow_run_id": f"run-{i}"}}), range(8)))
+    assert names == [f"family-{i}" for i in range(8)]
+    for i in range(8):
+        copy = optuna.load_study(study_name=f"family-{i}", storage=url)
+        assert [t.params for t in copy.trials] == [t.params for t in study.trials]
+        assert copy.user_attrs["family"] == f"f{i}" and copy.trials[0].user_attrs["mlflow_run_id"] == f"run-{i}"
+
+
 def test_bad_urls_fail_in_one_line_naming_the_setting_before_anything_is_written(
         postgres_server: postgres.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     passfile = f"?passfile={postgres_server.passfile}"

@@ -295,7 +295,12 @@ def _run(root: Path, group: list[_Part], p: SearchParams, mode: str, path: str, 
         return family_record(root, part.dataset, p, part.meta, plan, tracking.MlflowClient(part.client.tracking_uri),
                              part.exp_id, path, searcher, scheduler,
                              [r for r in results if r.config and family_of(r.config) == plan.key])
-    workers = record_workers(sensitivity.storage_url(root, p.optuna_storage), group[0].client.tracking_uri, len(jobs))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        records = list(pool.map(record, jobs))  # in job order; the first family's error is raised
+    url = sensitivity.storage_url(root, p.optuna_storage)
+    workers = record_workers(url, group[0].client.tracking_uri, len(jobs))
+    if workers == 1:
+        records = [record(job) for job in jobs]
+    else:
+        sensitivity.create_schema(url)  # once, before the threads open the database
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            records = list(pool.map(record, jobs))  # in job order; the first family's error is raised
     return {(part.dataset, plan.family): rec for (part, plan), rec in zip(jobs, records)}

@@ -129,6 +129,14 @@ def study_name(dataset: str, family: str, parent_run_id: str) -> str:
     return f"{dataset}/{family}/{parent_run_id[:12]}"
 
 
+def create_schema(url: str) -> None:
+    """Create Optuna's tables in the database at `url` if it has none. Opening a storage creates
+    them, and two threads opening a new PostgreSQL database at once race on the same CREATE TYPE
+    (seen: UniqueViolation on `studydirection`, optuna's metadata.create_all is not atomic); so a
+    search creates them once before its families' studies are copied in threads."""
+    optuna.storages.get_storage(url)
+
+
 def persist_study(study: optuna.Study, url: str, name: str, attrs: dict[str, Any],
                   trial_attrs: dict[int, dict[str, Any]] | None = None) -> str:
     """Copy the in-memory `study` to `url` as `name` (replacing an earlier copy of the same
