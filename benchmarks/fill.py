@@ -95,9 +95,13 @@ class Workload:
     seed: int = 7
     # Warm the Ray worker processes before the clock starts (local_ray): each imports what a trial
     # imports. This was meant to spare the trials their imports, as a long-lived cluster's idle
-    # workers would; it does not: Tune's trial actors never run in these pooled workers (measured
-    # 2026-11-27: 0 of 4 warmed workers hosted a trial, with or without Tune's actor runtime_env),
-    # each starts a process of its own. What warming still does is fill the OS file cache.
+    # workers would; it does not: Tune's trial actors never run in these pooled workers, each
+    # starts a process of its own. Two rules of Ray's worker pool (2.60) exclude them: an actor
+    # only takes an idle worker of its own runtime env, and Tune gives its trainable one
+    # (ray/tune/execution/class_cache.py: env_vars PL_DISABLE_FORK); and a worker that has run a
+    # task never hosts an actor (measured 2026-11-28: with the actor's runtime env as
+    # the job's, 0 of 4 task-warmed workers hosted an actor; untouched prestarted workers of the
+    # default env hosted plain actors). What warming still does is fill the OS file cache.
     warm_workers: bool = False
     # The shortest epoch any trial sleeps, whatever its lognormal factors draw (0: no floor).
     epoch_floor_s: float = 0.0

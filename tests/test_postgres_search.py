@@ -18,6 +18,7 @@ search opens the study with it but writes it nowhere (record, MLflow params and 
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from pipeline.stores import postgres, tracking
 from pipeline.stores.paths import processed_dir, search_result_path
 from pipeline.stores.tracking_server import TrackingServer
 from pipeline.sweep import run_lookup
-from pipeline.sweep.search import search
+from pipeline.sweep.search import search, search_many
 from tests.clusters import postgres_server, watch  # noqa: F401 - postgres_server: the fixture
 
 pytestmark = pytest.mark.slow
@@ -109,3 +110,47 @@ def test_eight_trials_log_every_epoch_through_a_tracking_server_on_postgres_kill
         assert not any(p in text for p in secrets for text in written)  # not in anything the search wrote
     finally:
         server.stop()
+
+
+KEPT = ("status", "best_config", "best_val", "best_val_loss", "best_trial", "n_trials", "n_failed", "optuna_states",
+        "asha_rungs", "importance")
+TRIAL_KEPT = ("number", "config", "best_val", "best_val_loss", "best_epoch", "epochs", "steps", "status", "error")
+
+
+def _comparable(record: dict) -> dict:
+    """What a record says of its search, without the ids and places of this run's stores."""
+    return {**{k: record.get(k) for k in KEPT}, "trials": [{k: t.get(k) for k in TRIAL_KEPT} for t in record["trials"]]}
+
+
+def test_a_familys_record_is_built_while_the_others_run_and_is_the_record_built_at_the_end(
+        project: Path, postgres_server: postgres.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Both stores on servers: the record of the family that ends first (each family has one of
+    the 2 slots) is built while the other's trials run, and is the record of the same search
+    whose MLflow store is an SQLite file, where every record is built at the end (one writer)."""
+    save_dataset(processed_dir(project, "xor"), build_xor("xor", XorParams(kind="xor", n_train=400, n_test=50, seed=3)))
+    server = TrackingServer(tmp_path / "mlflow", backend=postgres_server.url("mlflow"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", server.start())
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    params = SearchParams(num_samples=2, max_concurrent=1, round_size=1, n_startup_trials=1, epochs=2,
+                          asha=AshaParams(grace_period=2), resources=Resources(cpu=1), max_failures=0,
+                          trial_time_limit_s=None, optuna_storage=postgres_server.url("optuna"),
+                          storage_path=str(project / "ray_results"))
+    families = ["cfc", "cdr_nde"]
+    try:
+        with caplog.at_level(logging.INFO, logger="pipeline.sweep.early_records"):
+            early = search_many(project, "xor", families, params)
+    finally:
+        server.stop()
+    built = [r.getMessage() for r in caplog.records if r.name == "pipeline.sweep.early_records"]
+    # whichever family ended first (each has a slot of its own), its record did not wait for the other's trials
+    assert any(m.split(":")[0] in families and ": its 2 trials have ended" in m
+               and not m.endswith("while 0 other trials run") for m in built), built
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="pipeline.sweep.early_records"):
+        at_end = search_many(project, "xor", families, params, fresh=True)
+    assert not [r for r in caplog.records if r.name == "pipeline.sweep.early_records"]
+    for family in families:
+        assert early[family]["status"] == "ok" and early[family]["n_trials"] == 2
+        assert _comparable(early[family]) == _comparable(at_end[family]), family

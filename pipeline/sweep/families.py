@@ -201,6 +201,13 @@ class FamilySearcher(Searcher):
         self._told[unit] += len(ended)
         return len(ended)
 
+    def finished(self, family: str) -> bool:
+        """Whether every repeat of `family` has proposed its whole budget and told its study every
+        trial's end: its studies will not change again in this run."""
+        units = [u for u in self._searchers if u[0] == family]
+        return bool(units) and all(self._given[u] == self._budgets[u] == self._told[u] and not self._live[u]
+                                   and not self._held[u] for u in units)
+
     def live_trials(self) -> dict[str, int]:
         """{family: trials proposed and not yet complete}, over the family's repeats."""
         live: dict[str, int] = {}

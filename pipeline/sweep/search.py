@@ -28,6 +28,9 @@ this search had found it.
 Results are written and their parent runs closed together, under `deferred()`: a signal landing
 then waits until every result is whole and its run closed (FINISHED, or FAILED for an all-failed
 search), and the message on the way out names what was written (pipeline/runtime/interrupts.py).
+When both stores are database servers, the part of a family's record that takes time (closing its
+trials' runs, copying its studies, fANOVA) is built as soon as its last trial has ended, while
+the other families' trials still run (pipeline.sweep.early_records); the same record as at the end.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from pipeline.stores.paths import processed_dir, raw_lock_path, require
 from pipeline.stores.ray_storage import check_storage_path
 from pipeline.sweep import run_lookup, sensitivity
 from pipeline.sweep.cluster import check_fits, check_shared_storage, is_uri, pending_trials, ray_session
+from pipeline.sweep.early_records import EarlyRecords
 from pipeline.sweep.epoch_time import check_time_limit
 from pipeline.sweep.families import family_of
 from pipeline.sweep.parents import close_parent, log_outcome, open_parents
@@ -277,30 +281,48 @@ def _run(root: Path, group: list[_Part], p: SearchParams, mode: str, path: str, 
         plans += part.todo
     # Shipped once through Ray's object store: one dataset as it always was, or {dataset: Dataset}.
     data = group[0].data if len(group) == 1 else {part.dataset: part.data for part in group}
+    jobs = {plan.key: (part, plan) for part in group for plan in part.todo}
+    url = sensitivity.storage_url(root, p.optuna_storage)
+    workers = record_workers(url, group[0].client.tracking_uri, len(jobs))
+    if workers > 1:
+        sensitivity.create_schema(url)  # once, before the threads open the database
+    ran: list[Any] = []  # the searcher and scheduler that run (after Tuner.restore, the unpickled ones)
+
+    def record(key: str, results: Sequence[Any]) -> dict[str, Any]:
+        part, plan = jobs[key]  # a client of its own: the families' records may be built in threads
+        return family_record(root, part.dataset, p, part.meta, plan, tracking.MlflowClient(part.client.tracking_uri),
+                             part.exp_id, path, *ran, list(results))
+    # A family's record while the others still run: database servers only, and not a resumed run
+    early = EarlyRecords(record, {key: p.num_samples * p.repeats for key in jobs}, workers) \
+        if workers > 1 and not resumed else None
     with graceful_tune() as interrupt:  # from here a signal stops Tune gracefully; checked below
         if resumed:
             tuner = restored_tuner(path, contexts, data, plans, trial_fn)
         else:
             storage, name = path.rsplit("/", 1)
-            tuner = new_tuner(plans, contexts, data, p, mode, storage, name, trial_fn)
-        grid = tuner.fit()
+            tuner = new_tuner(plans, contexts, data, p, mode, storage, name, trial_fn, [early] if early else None)
+        ran += [searcher_of(tuner), scheduler_of(tuner)]
+        if early:
+            early.bind(ran[0])
+        try:
+            grid = tuner.fit()
+        finally:
+            if early:
+                early.close()  # the records being built end whole, whatever ended the run
     if interrupt.signum is not None:  # Tune stopped early and saved its state: a partial search, not a result
         raise Interrupted(interrupt.signum)
-    searcher, scheduler = searcher_of(tuner), scheduler_of(tuner)  # the ones that ran
+    ran[:] = [searcher_of(tuner), scheduler_of(tuner)]  # the same ones, unless Tune replaced them in fit
     results = list(grid)
-    jobs = [(part, plan) for part in group for plan in part.todo]
+    built = early.futures if early else {}
+    late = [key for key in jobs if key not in built]
 
-    def record(job: tuple[_Part, FamilyPlan]) -> dict[str, Any]:
-        part, plan = job  # a client of its own: the families' records may be built in threads
-        return family_record(root, part.dataset, p, part.meta, plan, tracking.MlflowClient(part.client.tracking_uri),
-                             part.exp_id, path, searcher, scheduler,
-                             [r for r in results if r.config and family_of(r.config) == plan.key])
-    url = sensitivity.storage_url(root, p.optuna_storage)
-    workers = record_workers(url, group[0].client.tracking_uri, len(jobs))
+    def record_at_end(key: str) -> dict[str, Any]:
+        return record(key, [r for r in results if r.config and family_of(r.config) == key])
     if workers == 1:
-        records = [record(job) for job in jobs]
+        records = {key: record_at_end(key) for key in late}
     else:
-        sensitivity.create_schema(url)  # once, before the threads open the database
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            records = list(pool.map(record, jobs))  # in job order; the first family's error is raised
-    return {(part.dataset, plan.family): rec for (part, plan), rec in zip(jobs, records)}
+            records = dict(zip(late, pool.map(record_at_end, late)))
+    # in job order, so that of several failed records the first family's error is the one raised
+    records = {key: built[key].result() if key in built else records[key] for key in jobs}
+    return {(part.dataset, plan.family): records[key] for key, (part, plan) in jobs.items()}

@@ -42,7 +42,9 @@ def unit_seeds(p: SearchParams, repeat: int) -> tuple[int, int]:
 
 
 def new_tuner(plans: list[FamilyPlan], contexts: dict[str, TrialContext], data: Any, p: SearchParams, mode: str,
-               storage: str, name: str, trial_fn: TrialFn) -> tune.Tuner:
+               storage: str, name: str, trial_fn: TrialFn, callbacks: list[tune.Callback] | None = None) -> tune.Tuner:
+    """A new Ray Tune run of `plans`' searches; `callbacks`: Tune callbacks of the run
+    (pipeline.sweep.early_records)."""
     searchers, schedulers = {}, {}
     for plan in plans:
         ctx = contexts[plan.key]
@@ -68,7 +70,7 @@ def new_tuner(plans: list[FamilyPlan], contexts: dict[str, TrialContext], data: 
                                     scheduler=FamilyScheduler(schedulers), search_alg=searcher,
                                     reuse_actors=all(plan.res.workers == 1 for plan in plans)),
         run_config=tune.RunConfig(
-            name=name, storage_path=storage, verbose=0,
+            name=name, storage_path=storage, verbose=0, callbacks=callbacks or None,
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
             failure_config=tune.FailureConfig(max_failures=p.max_failures)),
     )
