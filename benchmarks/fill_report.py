@@ -32,7 +32,9 @@ def render(report: dict[str, Any]) -> str:
         + ("imported what a trial imports before the clock started (warm workers)." if w.get("warm_workers")
            else "were started, not warmed, before the clock started."), "",
         "Fill = busy trial time / (slots x wall); busy = trial function entry to exit; wall = first search "
-        "call to last return (Ray start-up excluded).", "",
+        "call to last return (Ray start-up excluded). Fill after start-up: the same from the first trial's "
+        "start, leaving out the trial processes' start (here all of them import on this machine's cores at "
+        "once; a cluster starts each on its own core).", "",
     ]
     rows = [r for r in report["modes"] if "datasets" not in r]  # the one-dataset modes
     if rows:
@@ -50,18 +52,25 @@ STORES = {"sqlite_stores": ", MLflow and Optuna in SQLite files",
           "postgres_stores": ", MLflow through `mlflow server` on PostgreSQL, Optuna on PostgreSQL"}
 
 
+def after_start_up(row: dict[str, Any], slots: int) -> float | None:
+    """Busy time / (slots x the wall from the first trial's start to the last return); None
+    without a first trial."""
+    first = row.get("first_trial_s")
+    return None if first is None or row["wall_s"] <= first else row["busy_s"] / (slots * (row["wall_s"] - first))
+
+
 def _tables(rows: list[dict[str, Any]], w: dict[str, Any]) -> list[str]:
     """The one-dataset modes' tables: fill, what the busy time was, where the idle time went (per
     process and over the run's phases)."""
-    lines = ["| mode | driver | wall (s) | busy (s) | fill | trials | stopped by ASHA | failed | epochs "
-             "| load avg start, end |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| mode | driver | wall (s) | busy (s) | fill | fill after start-up | trials | stopped by ASHA | failed "
+             "| epochs | load avg start, end |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         driver = "`search()` per family, in turn" if r["sequential"] else "one `search_many()`"
         driver += "".join(f", {k}={v}" for k, v in r.get("environment", {}).items())
         driver += STORES.get(r.get("stores", "sqlite_stores"), "")
         lines.append(f"| {r['mode']} | {driver} | {r['wall_s']:.1f} | {r['busy_s']:.0f} | **{r['fill']:.3f}** | "
-                     f"{r['n_trials']}/{r['expected_trials']} | {r['asha_stopped']} | {r['n_failed']} | "
+                     f"{_s(after_start_up(r, w['slots']), 3)} | {r['n_trials']}/{r['expected_trials']} | {r['asha_stopped']} | {r['n_failed']} | "
                      f"{r['epochs']} | {r['load_average'][0]}, {r['load_average'][1]} |")
     lines += [
         "", "What the busy time was, and how the slots came into use. Work fill counts the sleeps only (the "

@@ -16,6 +16,7 @@ if str(ROOT) not in sys.path:  # benchmarks/ is a folder of the repository, not 
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import fill  # noqa: E402
+from benchmarks.fill_report import after_start_up  # noqa: E402
 
 
 def _busy(family: str, start: float, end: float, pid: int = 1, slept: float = 0.5) -> dict:
@@ -60,6 +61,10 @@ def test_summary_fill_is_busy_over_slots_times_wall() -> None:
     assert out["running_while_waiting"] == pytest.approx((1 * 1 + 2 * 3 + 1 * 0.5 + 2 * 0.5) / 5)
     three = fill.idle_slot_time({1: [_busy("a", 12, 20)]}, t0=10, t1=20, slots=3)
     assert three == {"start_up": 2, "between": 0, "drain": 0, "unused": 20}  # two slots never taken
+    # after start-up: from the first trial's start (0 s here, then 4 s in), the same busy time
+    assert after_start_up(out, 2) == pytest.approx(14.5 / 20)
+    assert after_start_up({**out, "first_trial_s": 4.0}, 2) == pytest.approx(14.5 / (2 * 6))
+    assert after_start_up({**out, "first_trial_s": None}, 2) is None
 
 
 def test_render_lists_every_mode_with_its_fill() -> None:
