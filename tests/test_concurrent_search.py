@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from pipeline.data.kinds.xor import build as build_xor
 from pipeline.final.stage import final_many
 from pipeline.stores.paths import final_result_path, processed_dir, search_result_path
 from pipeline.sweep.cluster import PENDING_TRIALS_ENV, SNAPSHOT_WARNING_ENV, pending_trials, trial_slots
+from pipeline.sweep.early_records import EarlyRecords
 from pipeline.sweep.families import FAMILY_KEY, REPEAT_KEY, TRIAL_NUMBER_KEY, FamilySearcher
 from pipeline.sweep.scheduling import make_searcher
 from pipeline.sweep.search import search_many
@@ -153,8 +155,23 @@ def test_a_round_is_told_only_once_the_rounds_after_it_in_flight_are_proposed() 
     s.on_trial_complete("t4", {"val_metric": 0.8, "epoch": 1})
     assert _states(s)[4:] == ["RUNNING"] * 2
     s.on_trial_complete("t2", {"val_metric": 0.1, "epoch": 3})
+    assert not s.finished("a")  # every trial proposed, round 2 ended, but round 1 (t3) still runs
     s.on_trial_complete("t3", {"val_metric": 0.2, "epoch": 3})  # round 1 ends: it and the held round 2 are told
     assert _states(s) == ["COMPLETE"] * 4 + ["PRUNED", "COMPLETE"]
+    assert s.finished("a") and not s.finished("b")  # its study will not change again; b is no family of it
+
+
+def test_early_records_pickle_inert_for_tuner_restore() -> None:
+    """Tune pickles the run config, this callback in it, for Tuner.restore: what comes back holds
+    no thread pool, no searcher and no build function, and builds nothing."""
+    s = _family_searcher({"a": 1}, round_size=1)
+    built: list[str] = []
+    callback = EarlyRecords(lambda key, outcomes: built.append(key) or {}, {"a": 1}, workers=2)
+    callback.bind(s)
+    restored = pickle.loads(pickle.dumps(callback))
+    assert restored._searcher is None and restored.futures == {}
+    restored.on_step_end(0, [])
+    assert built == [] and restored.futures == {}
 
 
 def test_a_searcher_saved_before_rounds_in_flight_restores_with_one(tmp_path: Path) -> None:
