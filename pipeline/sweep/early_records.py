@@ -123,7 +123,7 @@ class EarlyRecords(Callback):
 
 
 def _number(value: Any) -> float:
-    """A reported value as Tune's table holds it: a float, NaN where the result lacked it."""
+    """A reported value as a float (NaN for one that is not a number; a missing one is NaN too, in _outcome)."""
     try:
         return float(value)
     except (TypeError, ValueError):
