@@ -40,7 +40,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from pipeline.config import SearchParams
 from pipeline.config.limits import MIN_SERIES
@@ -316,13 +316,16 @@ def _run(root: Path, group: list[_Part], p: SearchParams, mode: str, path: str, 
     built = early.futures if early else {}
     late = [key for key in jobs if key not in built]
 
-    def record_at_end(key: str) -> dict[str, Any]:
-        return record(key, [r for r in results if r.config and family_of(r.config) == key])
-    if workers == 1:
-        records = {key: record_at_end(key) for key in late}
-    else:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            records = dict(zip(late, pool.map(record_at_end, late)))
+    records = _in_threads(lambda key: record(key, [r for r in results if r.config and family_of(r.config) == key]),
+                          late, workers)
     # in job order, so that of several failed records the first family's error is the one raised
     records = {key: built[key].result() if key in built else records[key] for key in jobs}
     return {(part.dataset, plan.family): records[key] for key, (part, plan) in jobs.items()}
+
+
+def _in_threads(build: Callable[[str], dict[str, Any]], keys: list[str], workers: int) -> dict[str, dict[str, Any]]:
+    """{key: build(key)}, in up to `workers` threads (one: in this one)."""
+    if workers == 1:
+        return {key: build(key) for key in keys}
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return dict(zip(keys, pool.map(build, keys)))
