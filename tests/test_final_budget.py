@@ -6,15 +6,18 @@ refused before Ray starts. Real local Ray and a real SQLite MLflow store in a te
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from pipeline.stores import tracking
 from pipeline.config import FinalParams, XorParams, load_params
-from pipeline.data.contract import save_dataset
+from pipeline.data.contract import load_dataset, save_dataset
 from pipeline.data.kinds.xor import build as build_xor
 from pipeline.errors import ConfigError
+from pipeline.final.plans import dataset_part, expected_seconds, searched_timing
+from pipeline.final.seeds import submission_order
 from pipeline.final.stage import final, stopping
 from pipeline.stores.paths import final_result_path, processed_dir, search_result_path
 from pipeline.training.budget import MIN_STEPS
@@ -230,3 +233,25 @@ def test_a_tie_on_the_metric_keeps_the_epoch_of_lower_validation_loss() -> None:
 
 def test_the_recorded_best_epoch_wins_over_the_first_best_of_the_curve() -> None:
     assert stopping({"curve": [0.5, 0.9, 0.9], "best_epoch": 3}, "max")["best_epoch"] == 3
+
+
+def test_seeds_start_longest_expected_first_from_the_searchs_seconds_per_step(root: Path) -> None:
+    client, exp_id = tracking.experiment_id(root, "xor")
+    run_id = tracking.start_run(client, exp_id, "trial", {"stage": "search"})
+    for epoch, (seconds, steps) in enumerate([(2.0, 4), (3.0, 8), (2.5, 12)], 1):  # 4 steps an epoch
+        tracking.log_metrics(client, run_id, {"epoch_seconds": seconds, "steps": steps}, step=epoch)
+    tracking.finish(client, run_id)
+    _searched(root, CONFIG, trials=[{"config": CONFIG, "best_val": 0.5, "mlflow_run_id": run_id}])
+    searched = json.loads(search_result_path(root, "xor", "cfc").read_text())
+    timing = searched_timing(client, searched)
+    assert (timing.epoch_s, timing.steps_per_epoch, timing.step_s) == (2.5, 4, 0.625)
+    # 140 training series at batch 64: 3 steps a pass; 10 epochs of at least 60 steps: 2 passes an epoch
+    p = FinalParams(seeds=[1, 2], lr_factors=[], epochs=10, min_steps=60)
+    assert expected_seconds(timing, CONFIG, 140, p) == 0.625 * 10 * 6
+    assert expected_seconds(None, CONFIG, 140, p) == 0.0  # unmeasured: started in the given order
+    [plan] = dataset_part(root, "xor", ["cfc"], p, False).plans
+    n_train = len(load_dataset(processed_dir(root, "xor")).splits["train"].y)
+    assert [j.expected_s for j in plan.jobs] == [expected_seconds(timing, CONFIG, n_train, p)] * 2
+    assert plan.jobs[0].expected_s > 0
+    jobs = [replace(plan.jobs[0], expected_s=s) for s in (1.0, 5.0, 0.0, 5.0, 2.0)]
+    assert submission_order(jobs) == [1, 3, 4, 0, 2]

@@ -26,6 +26,8 @@ from pipeline.stores import staleness, tracking
 from pipeline.stores.files import check_writable, write_json
 from pipeline.stores.paths import final_result_path, processed_dir, require, search_result_path
 from pipeline.stores.schema import SEARCH_FOR_FINAL, read_record
+from pipeline.training.budget import steps_per_epoch
+from pipeline.training.loop import TrainSettings
 
 
 def _check_protocol(config: dict[str, Any], meta: Any, epochs: int, dataset: str, family: str) -> None:
@@ -133,7 +135,8 @@ def family_plan(inputs: Inputs, family: str, p: FinalParams, only_stale: bool) -
         _check_protocol(config, inputs.data.meta, p.epochs, dataset, family)
         _check_causal(config, inputs.data.meta, dataset, family)
     client, exp_id = inputs.experiment
-    _check_time_limit(client, searched, p, dataset, family)
+    timing = searched_timing(client, searched)
+    _check_time_limit(timing, p, dataset, family)
     parent, resumed = final_resume.open_parent(
         client, exp_id, dataset, family, fp,
         {**searched["best_config"], "seeds": p.seeds, "epochs": p.epochs, "final_patience": p.patience,
@@ -144,7 +147,8 @@ def family_plan(inputs: Inputs, family: str, p: FinalParams, only_stale: bool) -
     # Robustness reruns (lr factors) train the first repeat's configuration only.
     jobs = [SeedJob(dataset, family, str(inputs.dir), scaled_lr(config, factor), s, p.epochs, res.cpu, res.gpu,
                     tracking.tracking_uri(root), exp_id, parent, factor, p.patience, p.time_limit_s, repeat,
-                    p.min_steps, p.validation, inputs.data.meta.provenance)
+                    p.min_steps, p.validation, inputs.data.meta.provenance,
+                    expected_seconds(timing, config, len(inputs.data.splits["train"].y), p))
             for i, (repeat, config) in enumerate(repeats)
             for factor in ((1.0, *p.lr_factors) if i == 0 else (1.0,)) for s in p.seeds]
     kept = final_resume.finished_seeds(client, exp_id, parent) if resumed else {}
@@ -163,26 +167,53 @@ def _skip_failed(root: Path, dataset: str, family: str, searched: dict[str, Any]
     return record
 
 
-def _measured_epoch_s(client: tracking.MlflowClient, searched: dict[str, Any]) -> float | None:
-    """The median training seconds per epoch of the search trial that found the best configuration."""
+@dataclass(frozen=True)
+class Timing:
+    """How fast the search trial that found the best configuration trained: the median seconds
+    of its epochs and its optimiser steps per epoch (from its MLflow metrics)."""
+
+    epoch_s: float
+    steps_per_epoch: int
+
+    @property
+    def step_s(self) -> float:
+        return self.epoch_s / self.steps_per_epoch
+
+
+def searched_timing(client: tracking.MlflowClient, searched: dict[str, Any]) -> Timing | None:
+    """The best configuration's search trial's Timing; None when it logged no epoch."""
     best = [t for t in searched.get("trials", []) if t.get("config") == searched["best_config"]
             and t.get("mlflow_run_id")]
     if not best:
         return None
-    seconds = [m.value for m in client.get_metric_history(best[0]["mlflow_run_id"], "epoch_seconds")]
-    return statistics.median(seconds) if seconds else None
+    run_id = best[0]["mlflow_run_id"]
+    seconds = [m.value for m in client.get_metric_history(run_id, "epoch_seconds")]
+    steps = sorted(client.get_metric_history(run_id, "steps"), key=lambda m: m.step)
+    if not seconds:
+        return None
+    # `steps` counts the run's optimiser steps after each epoch: the first is one epoch's
+    per_epoch = int(steps[0].value) if steps and steps[0].value >= 1 else 1
+    return Timing(statistics.median(seconds), per_epoch)
 
 
-def _check_time_limit(client: tracking.MlflowClient, searched: dict[str, Any], p: FinalParams, dataset: str,
-                      family: str) -> None:
+def expected_seconds(timing: Timing | None, config: dict[str, Any], n_train: int, p: FinalParams) -> float:
+    """A seed's training seconds at its whole budget, `p.epochs` epochs of the final's own steps
+    per epoch (pipeline.training.budget) at the search's seconds per step; 0 when unmeasured.
+    An upper bound (patience usually stops a seed sooner) that only orders the seeds' start."""
+    if timing is None:
+        return 0.0
+    batch = TrainSettings(**split_config(config)[0]).batch_size
+    return timing.step_s * p.epochs * steps_per_epoch(n_train, batch, p.epochs, p.min_steps)
+
+
+def _check_time_limit(timing: Timing | None, p: FinalParams, dataset: str, family: str) -> None:
     """A cap below one epoch would stop every seed before it trained: refuse it before Ray starts."""
     if p.time_limit_s is None:
         return
-    epoch_s = _measured_epoch_s(client, searched)
-    if epoch_s is not None and p.time_limit_s < epoch_s:
+    if timing is not None and p.time_limit_s < timing.epoch_s:
         raise ConfigError(f"params.yaml: key `final.time_limit_s`: {p.time_limit_s:g} s is below one epoch of "
-                          f"{dataset}/{family} as its search measured it ({epoch_s:.3g} s); allowed: at least "
-                          f"{epoch_s:.3g}, or null for no cap")
+                          f"{dataset}/{family} as its search measured it ({timing.epoch_s:.3g} s); allowed: at least "
+                          f"{timing.epoch_s:.3g}, or null for no cap")
 
 
 def scaled_lr(config: dict[str, Any], factor: float) -> dict[str, Any]:
