@@ -26,7 +26,7 @@ from pipeline.data.contract import Dataset, Meta, Split
 from pipeline.data.kinds.sepsis import channel_names
 from pipeline.errors import ConfigError
 from pipeline.models import MODELS
-from pipeline.spaces import causal_space, check_for_dataset, fix_values, load_space, space_path, split_config
+from pipeline.spaces import TRAINING_KEYS, causal_space, check_for_dataset, fix_values, load_space, space_path, split_config
 from pipeline.training.loop import Trainer, TrainSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,11 +125,16 @@ def test_ucr_datasets_is_the_default_families_over_five_bundled_datasets_on_a_cp
     assert len(params.final.seeds) == params.promote.seeds_required == 3
     assert params.final.patience is not None and params.final.min_steps > 1  # trained until validation stops
     assert profiles.check_spaces("ucr-datasets", params, ROOT) == 5 * 6
-    for family, values in params.search.fixed.items():  # each fixed value is a choice of the family's space
+    for family, values in params.search.fixed.items():  # each fixed value is a choice of the family's space,
         space = load_space(space_path(ROOT, family), family)
         for key, value in values.items():
+            if key not in space.params:  # or a training setting it does not search (ode_rnn's grad_clip,
+                assert key in TRAINING_KEYS, (family, key)  # its authors' trainer's), valid as one
+                assert getattr(TrainSettings(lr=1e-3, batch_size=32, **{key: value}), key) == value, (family, key)
+                continue
             spec = space.params[key]
             assert value in spec.choices if spec.choices else spec.low <= value <= spec.high, (family, key)
+    assert params.search.fixed["ode_rnn"]["grad_clip"] == 1.0 and params.final.epochs == 120
 
 
 def test_default_repeats_is_the_default_run_with_its_search_repeated_three_times() -> None:
