@@ -145,6 +145,10 @@ def test_a_family_whose_every_search_trial_failed_is_recorded_as_failed_and_skip
     ({"epochs": 5, "patience": 6}, "patience is 6, more than the 5 epochs"),
     ({"epochs": 50, "family_epochs": {"cfc": 4}, "patience": 10}, "more than the 4 epochs"),
     ({"epochs": 5, "time_limit_s": 0}, "key `final.time_limit_s`"),
+    ({"epochs": 5, "cells": {"xor": {"epochs": 3}}}, "key 'xor' is not <dataset>/<family>"),
+    ({"epochs": 5, "cells": {"xor/cfc": {"patience": 6}}}, "cells.xor/cfc: patience 6 is more than the cell's 5 epochs"),
+    ({"epochs": 20, "cells": {"elsewhere/cfc": {"epochs": 18}}}, "'elsewhere/cfc' names a dataset or family this run"),
+    ({"epochs": 5, "cells": {"xor/cfc": {"epochs": 0}}}, r"key `final.cells.'xor/cfc'.epochs`: .*\(got 0\)"),
 ])
 def test_budgets_no_seed_could_use_are_refused_in_one_line(project: Path, final_section: dict, message: str) -> None:
     raw = default_params()
@@ -255,3 +259,12 @@ def test_seeds_start_longest_expected_first_from_the_searchs_seconds_per_step(ro
     assert plan.jobs[0].expected_s > 0
     jobs = [replace(plan.jobs[0], expected_s=s) for s in (1.0, 5.0, 0.0, 5.0, 2.0)]
     assert submission_order(jobs) == [1, 3, 4, 0, 2]
+
+
+def test_a_cells_own_budget_trains_its_seeds_and_no_other_cells(root: Path) -> None:
+    """`final.cells`: one (dataset, family) trains to its own epochs (no patience: every epoch runs)."""
+    _searched(root, CONFIG)
+    p = FinalParams(seeds=[1, 2], lr_factors=[], epochs=1, cells={"xor/cfc": {"epochs": 3}})
+    assert (p.for_cell("xor", "cfc").epochs, p.for_cell("other", "cfc").epochs, p.for_cell("xor", "ncde").epochs) == (3, 1, 1)
+    record = final(root, "xor", "cfc", p)
+    assert record["max_epochs"] == 3 and [s["epochs_trained"] for s in record["seeds"]] == [3, 3]

@@ -135,6 +135,8 @@ def test_ucr_datasets_is_the_default_families_over_five_bundled_datasets_on_a_cp
             spec = space.params[key]
             assert value in spec.choices if spec.choices else spec.low <= value <= spec.high, (family, key)
     assert params.search.fixed["ode_rnn"]["grad_clip"] == 1.0 and params.final.epochs == 120
+    gun_point, osu_leaf = (params.final.for_cell(d, "ode_rnn_tw") for d in ("gun_point", "osu_leaf"))
+    assert (gun_point.epochs, gun_point.patience, osu_leaf.epochs, osu_leaf.patience) == (200, 60, 120, 10)
 
 
 def test_default_repeats_is_the_default_run_with_its_search_repeated_three_times() -> None:

@@ -18,52 +18,16 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from pipeline import names
-from pipeline.config.base import MAX_EPOCHS, Name, Seed, _few, _Strict
+from pipeline.config.base import MAX_EPOCHS, MAX_STEPS, Name, Seed, _few, _Strict
+from pipeline.config.cells import CellBudget, cells_outside, cells_problem
+from pipeline.config.resources import ResourceOverride, Resources, resolved_resources
 from pipeline.config.datasets import _KINDS, MAX_SEQUENCES, DatasetParams, XorParams
 from pipeline.config.limits import checked, lr_factor_problem, split_problem, time_limit_problem, time_limits_problem
 from pipeline.config.yaml_load import MAX_BYTES as MAX_YAML_BYTES, load_yaml
 from pipeline.errors import ConfigError
 
 # bound of every `min_steps` key: a typo cannot ask for 10^12 optimiser steps (issue 29)
-MAX_STEPS = 10_000_000
 FixedValue = str | bool | int | float  # a value `search.fixed` sets: YAML scalars only
-MAX_CPU, MAX_GPU, MAX_WORKERS = 1024, 64, 1024  # per trial or seed: beyond any one Ray cluster here
-
-
-def _whole_gpus_above_one(gpu: float | None) -> float | None:
-    if gpu is not None and gpu > 1 and gpu != int(gpu):  # Ray refuses fractions above one GPU
-        raise ValueError(f"gpu must be at most 1 or a whole number, got {gpu}")
-    return gpu
-
-
-class Resources(_Strict):
-    """What one trial (search) or one seed (final) asks Ray for."""
-
-    cpu: float = Field(1, gt=0, le=MAX_CPU, description=f"CPUs per process, at most {MAX_CPU} (torch threads: their integer part)")
-    gpu: float = Field(0, ge=0, le=MAX_GPU, description=f"GPUs per process, at most {MAX_GPU}; fractional values "
-                                                       "(at most 1) pack several trials on one GPU")
-    workers: int = Field(1, ge=1, le=MAX_WORKERS, description=f"above 1 (at most {MAX_WORKERS}): data-parallel training "
-                         "over this many Ray Train workers, each with `cpu` and `gpu` (search trials only)")
-
-    _whole_gpus = field_validator("gpu")(_whole_gpus_above_one)
-
-
-class ResourceOverride(_Strict):
-    """Per-family changes to the stage's `resources`: only the keys given replace the defaults
-    (each with the same bounds and rules as in `resources`)."""
-
-    cpu: float | None = Field(None, gt=0, le=MAX_CPU)
-    gpu: float | None = Field(None, ge=0, le=MAX_GPU)
-    workers: int | None = Field(None, ge=1, le=MAX_WORKERS)
-
-    _whole_gpus = field_validator("gpu")(_whole_gpus_above_one)
-
-
-def _resources_for(base: Resources, overrides: dict[str, ResourceOverride], family: str) -> Resources:
-    change = overrides[family].model_dump(exclude_none=True) if family in overrides else {}
-    return Resources.model_validate({**base.model_dump(), **change})
-
-
 def _known_families(overrides: dict[str, Any]) -> dict[str, Any]:
     from pipeline.models import family_names  # late: keeps `import pipeline.config.params` light
 
@@ -190,7 +154,7 @@ class SearchParams(_Strict):
 
     def resources_for(self, family: str) -> Resources:
         """`resources` with the family's overrides applied."""
-        return _resources_for(self.resources, self.family_resources, family)
+        return resolved_resources(self.resources, self.family_resources, family)
 
     def time_limit_for(self, family: str) -> float | None:
         """The family's wall-clock limit per trial (`family_time_limit_s`, else `trial_time_limit_s`)."""
@@ -229,6 +193,9 @@ class FinalParams(_Strict):
     family_epochs: dict[Name, Annotated[int, Field(ge=1, le=MAX_EPOCHS)]] = Field(
         default_factory=dict, description="per-family epochs instead of `epochs`, e.g. {cf_s: 116, cfc: 57} "
                                           "(a paper's table that trains each model for its own number of epochs)")
+    cells: dict[str, CellBudget] = Field(
+        default_factory=dict, max_length=10_000, description="per (dataset, family) budgets over the above, keyed "
+        "`<dataset>/<family>`: `epochs`, `patience`, `min_steps` (pipeline/config/cells.py)")
 
     _family_names = field_validator("family_resources", "family_epochs")(_known_families)
     _epochs = field_validator("epochs")(_counted(1, MAX_EPOCHS, "the most epochs a seed trains"))
@@ -244,6 +211,8 @@ class FinalParams(_Strict):
                              f"itself always runs), got {_few(self.lr_factors, 16)}")
         if problem := lr_factor_problem(self.lr_factors):  # pipeline/config/limits.py says why
             raise ValueError(problem)
+        if problem := cells_problem(self.cells, self.for_cell):
+            raise ValueError(problem)
         shortest = min([self.epochs, *self.family_epochs.values()])
         if self.patience is not None and self.patience > shortest:
             raise ValueError(f"patience is {self.patience}, more than the {shortest} epochs a seed may train "
@@ -254,11 +223,17 @@ class FinalParams(_Strict):
         return self
 
     def resources_for(self, family: str) -> Resources:
-        return _resources_for(self.resources, self.family_resources, family)
+        return resolved_resources(self.resources, self.family_resources, family)
 
     def for_family(self, family: str) -> "FinalParams":
         """These params with `epochs` set to the family's (`family_epochs`, else `epochs`)."""
         return self.model_copy(update={"epochs": self.family_epochs.get(family, self.epochs)})
+
+    def for_cell(self, dataset: str, family: str) -> "FinalParams":
+        """for_family's params with the cell's own `final.cells` budget over them, where it has one."""
+        own = self.for_family(family)
+        cell = self.cells.get(f"{dataset}/{family}")
+        return own if cell is None else own.model_copy(update=cell.model_dump(exclude_none=True))
 
 
 class PromoteParams(_Strict):
@@ -301,6 +276,8 @@ class Params(_Strict):
             if isinstance(p, XorParams) and (
                     problem := split_problem(name, p.n_train, p.val_fraction, p.n_test, MAX_SEQUENCES)):
                 raise ValueError(problem)
+        if problem := cells_outside(self.final.cells, self.datasets, self.families):
+            raise ValueError(problem)
         if self.promote.seeds_required > len(self.final.seeds):  # no family could ever be promoted
             raise ValueError(f"promote.seeds_required is {self.promote.seeds_required} but final.seeds lists only "
                              f"{len(self.final.seeds)}; allowed: at most the number of final seeds")

@@ -105,7 +105,7 @@ def dataset_part(root: Path, dataset: str, families: list[str], p: FinalParams, 
     inputs = Inputs(root, dataset)
     part = Part(inputs, [], {})
     for family in families:
-        outcome = family_plan(inputs, family, p.for_family(family), only_stale)
+        outcome = family_plan(inputs, family, p.for_cell(dataset, family), only_stale)
         if isinstance(outcome, Plan):
             part.plans.append(outcome)
         else:
