@@ -27,7 +27,6 @@ from pipeline.stores.files import check_writable, write_json
 from pipeline.stores.paths import final_result_path, processed_dir, require, search_result_path
 from pipeline.stores.schema import SEARCH_FOR_FINAL, read_record
 from pipeline.training.budget import steps_per_epoch
-from pipeline.training.loop import TrainSettings
 
 
 def _check_protocol(config: dict[str, Any], meta: Any, epochs: int, dataset: str, family: str) -> None:
@@ -202,7 +201,7 @@ def expected_seconds(timing: Timing | None, config: dict[str, Any], n_train: int
     An upper bound (patience usually stops a seed sooner) that only orders the seeds' start."""
     if timing is None:
         return 0.0
-    batch = TrainSettings(**split_config(config)[0]).batch_size
+    batch = int(config.get("batch_size", n_train))  # every space sets it; the whole split otherwise
     return timing.step_s * p.epochs * steps_per_epoch(n_train, batch, p.epochs, p.min_steps)
 
 
