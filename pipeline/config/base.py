@@ -13,7 +13,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pipeline import names
 
 MAX_EPOCHS = 100_000  # the most epochs any stage may train: search.epochs, final.epochs, a space's patience
-MAX_STEPS = 10_000_000  # the highest step floor: search.min_steps, final.min_steps, final.cells' min_steps
+# the highest step floor (search.min_steps, final.min_steps, final.cells' min_steps): a typo cannot ask
+# for 10^12 optimiser steps (issue 29)
+MAX_STEPS = 10_000_000
 
 
 class _Strict(BaseModel):

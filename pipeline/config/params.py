@@ -26,7 +26,6 @@ from pipeline.config.limits import checked, lr_factor_problem, split_problem, ti
 from pipeline.config.yaml_load import MAX_BYTES as MAX_YAML_BYTES, load_yaml
 from pipeline.errors import ConfigError
 
-# bound of every `min_steps` key: a typo cannot ask for 10^12 optimiser steps (issue 29)
 FixedValue = str | bool | int | float  # a value `search.fixed` sets: YAML scalars only
 def _known_families(overrides: dict[str, Any]) -> dict[str, Any]:
     from pipeline.models import family_names  # late: keeps `import pipeline.config.params` light
