@@ -15,6 +15,7 @@ from pipeline.final import resume as final_resume
 from pipeline.stores import tracking
 from pipeline.data.contract import Dataset
 from pipeline.data.resplit import per_seed_validation
+from pipeline.runtime.collector import freeze_survivors
 from pipeline.runtime.interrupts import deferred
 from pipeline.spaces import split_config
 from pipeline.stores.schema import DATA_PROVENANCE
@@ -73,12 +74,14 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
                                          "time_limit_s": job.time_limit_s, "min_steps": job.min_steps,
                                          "validation": job.validation})
     try:
+        freeze_survivors()  # before the set-up and after it: pipeline/runtime/collector.py
         train_cfg, model_cfg = split_config(job.config)
         dataset = local_dataset(data)
         if job.validation == "per_seed":  # pipeline/data/resplit.py
             dataset = per_seed_validation(dataset, job.seed)
         trainer = Trainer(job.family, model_cfg, TrainSettings(**with_patience(train_cfg, job.patience)), dataset,
                           job.seed, device_for(job.gpus), job.epochs, job.min_steps)
+        freeze_survivors()
         run = train_to_budget(trainer, job.epochs, job.time_limit_s, dataset.meta.mode,
                               lambda m: tracking.log_metrics(client, run_id, m, step=trainer.epoch))
         tracking.set_tags(client, run_id, {final_resume.STOP_TAG: run.stop, **({"patience_stopped": "true"}

@@ -44,6 +44,7 @@ from ray.tune.integration.ray_train import TuneReportCallback
 from pipeline.stores import tracking
 from pipeline.data.contract import Dataset, load_dataset
 from pipeline.errors import ConfigError, CtsweepError
+from pipeline.runtime.collector import freeze_survivors
 from pipeline.spaces import split_config
 from pipeline.sweep.context import STATE_FILE, TrialContext, local_dataset
 from pipeline.training.loop import TimeLimitReached, Trainer, TrainSettings
@@ -175,11 +176,13 @@ def train_worker(loop: dict[str, Any]) -> None:
     torch.set_num_threads(max(1, int(ctx.cpus)))  # workers sharing a node must not fight over cores
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
+    freeze_survivors()  # before the set-up and after it: pipeline/runtime/collector.py
     train_cfg, model_cfg = split_config(config)
     trainer = Trainer(ctx.family, model_cfg, TrainSettings(**train_cfg), _dataset(loop["data"], ctx), ctx.seed,
                       str(ray.train.torch.get_device()), ctx.epochs, ctx.min_steps)
     resumed = _restore(trainer)
     trainer.distribute(ray.train.torch.prepare_model, rank, world)
+    freeze_survivors()
     client = tracking.MlflowClient(ctx.tracking_uri) if rank == 0 else None
     if client is not None:
         tracking.log_params(client, run_id, {"num_params": trainer.model.num_parameters(), "world_size": world})

@@ -34,6 +34,7 @@ from ray import tune
 from pipeline.stores import tracking
 from pipeline.data.contract import Dataset
 from pipeline.errors import TrialFailedError
+from pipeline.runtime.collector import freeze_survivors
 from pipeline.stores.schema import DATA_PROVENANCE
 from pipeline.spaces import split_config
 from pipeline.sweep.context import STATE_FILE, TrialContext, local_dataset
@@ -127,10 +128,12 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
         return
     trainer = None
     try:
+        freeze_survivors()  # before the set-up and after it: pipeline/runtime/collector.py
         train_cfg, model_cfg = split_config(config)
         trainer = Trainer(ctx.family, model_cfg, TrainSettings(**train_cfg), local_dataset(data), ctx.seed,
                           device_for(ctx.gpus), ctx.epochs, ctx.min_steps)
         _restore(trainer, client, run_id)
+        freeze_survivors()
         tracking.log_params(client, run_id, {"num_params": trainer.model.num_parameters()})
         deadline = time.monotonic() + ctx.time_limit_s if ctx.time_limit_s else None
         saved = time.monotonic()  # the last checkpoint (or the start): `search.checkpoint_every_s` counts from it
