@@ -80,7 +80,7 @@ def trial(config: dict[str, Any]) -> None:
 
 
 def summarise(trials: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per mode: medians over every epoch but each trial's first, and the tracked objects after set-up."""
+    """Per mode: medians over the trials (set-up) and over every epoch but each trial's first."""
     out = {}
     for mode in MODES:
         mine = [t for t in trials if t["mode"] == mode]
