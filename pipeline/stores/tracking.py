@@ -279,10 +279,11 @@ def set_tags(client: MlflowClient, run_id: str, tags: dict[str, Any]) -> None:
 
 
 def finish(client: MlflowClient, run_id: str, error: BaseException | None = None,
-           outcome: str | None = None) -> None:
+           outcome: str | None = None, tags: dict[str, Any] | None = None) -> None:
     """Mark a run FINISHED, or FAILED with the error message as a tag; `outcome` (a child run's
-    COMPLETED, STOPPED_EARLY or FAILED_OUTCOME) goes to OUTCOME_TAG."""
-    tags = {} if outcome is None else {OUTCOME_TAG: outcome}
+    COMPLETED, STOPPED_EARLY or FAILED_OUTCOME) goes to OUTCOME_TAG; `tags`, more tags set in
+    the same write."""
+    tags = {**(tags or {}), **({} if outcome is None else {OUTCOME_TAG: outcome})}
     if error is not None:
         tags["error"] = f"{type(error).__name__}: {error}"[:4000]
     if tags:
