@@ -45,21 +45,54 @@ def _family_searcher(budgets: dict[str, int], max_concurrent: int = 2, round_siz
                           rounds_in_flight=rounds_in_flight)
 
 
-def test_families_take_turns_within_their_budgets_and_rounds() -> None:
+def test_families_share_the_slots_within_their_budgets_and_rounds() -> None:
     s = _family_searcher({"a": 3, "b": 1}, max_concurrent=2)
     given = [s.suggest(f"t{i}") for i in range(4)]
-    assert [g[FAMILY_KEY] for g in given[:3]] == ["a", "b", "a"] and given[3] is None  # a's round given, b spent
-    assert [g[TRIAL_NUMBER_KEY] for g in given[:3]] == [0, 0, 1]  # each family's own study numbers its trials
+    # a first (3 trials left against b's 1, no run time known yet), its round of 2; then b; then b is spent
+    assert [g[FAMILY_KEY] for g in given[:3]] == ["a", "a", "b"] and given[3] is None
+    assert [g[TRIAL_NUMBER_KEY] for g in given[:3]] == [0, 1, 0]  # each family's own study numbers its trials
     s.on_trial_complete("t0", {"val_metric": 0.5, "epoch": 3})
-    assert s.suggest("t4") is None  # a's round has not ended: t2 still runs, and nothing was told yet
+    assert s.suggest("t4") is None  # a's round has not ended: t1 still runs, and nothing was told yet
     assert [t.state.name for t in s.study_searcher("a")._ot_study.get_trials(deepcopy=False)] == ["RUNNING"] * 2
-    s.on_trial_complete("t2", {"val_metric": 0.6, "epoch": 3})  # the round ends: both told, in number order
+    s.on_trial_complete("t1", {"val_metric": 0.6, "epoch": 3})  # the round ends: both told, in number order
     again = s.suggest("t4")
     assert again[FAMILY_KEY] == "a" and set(again) == {FAMILY_KEY, REPEAT_KEY, TRIAL_NUMBER_KEY, "lr"}
     assert s.suggest("t5") == Searcher.FINISHED and s.total_samples == 4  # every budget given out
-    for trial in ("t1", "t4"):  # the live trials are still told to their studies
+    for trial in ("t2", "t4"):  # the live trials are still told to their studies
         s.on_trial_complete(trial, {"val_metric": 0.4, "epoch": 3})
     assert [len(s.study_searcher(f)._ot_study.get_trials(deepcopy=False)) for f in "ab"] == [3, 1]
+
+
+def _serve(s: FamilySearcher, seconds: dict[str, float] | None, slots: int = 2) -> list[tuple[str, float]]:
+    """Drive a searcher with `slots` trials at once, the oldest live trial ending first; each
+    trial reports `seconds[family]` as its run time (None: no run time). Returns every proposal
+    as (family, lr), in the order given."""
+    given, live, n = [], [], 0
+    while True:
+        got = s.suggest(f"t{n}") if len(live) < slots else None
+        if isinstance(got, dict):
+            given.append((got[FAMILY_KEY], got["lr"]))
+            live.append((f"t{n}", got[FAMILY_KEY]))
+            n += 1
+            continue
+        if not live:
+            return given
+        trial_id, family = live.pop(0)
+        s.on_trial_complete(trial_id, {"val_metric": 0.5, "epoch": 3,
+                                       **({"time_total_s": seconds[family]} if seconds else {})})
+
+
+def test_the_family_with_the_most_work_left_takes_the_free_slot_first() -> None:
+    # One slot; a's trials take 10 s, b's 1 s, same budgets: once each has a run time, a is served
+    # first (its trials are what the search's end waits for); without run times, they take turns.
+    budgets = {"a": 6, "b": 6}
+    timed = _serve(_family_searcher(budgets, max_concurrent=1, round_size=1), {"a": 10.0, "b": 1.0}, slots=1)
+    turns = _serve(_family_searcher(budgets, max_concurrent=1, round_size=1), None, slots=1)
+    assert [f for f, _ in turns] == ["a", "b"] * 6
+    assert [f for f, _ in timed] == ["a", "b"] + ["a"] * 5 + ["b"] * 5  # b only when a cannot propose
+    # ... and each family proposed exactly what it proposed in turns: the order is not a result
+    for family in budgets:
+        assert [lr for f, lr in timed if f == family] == [lr for f, lr in turns if f == family]
 
 
 def test_results_reach_only_their_own_family_s_study() -> None:
@@ -180,12 +213,13 @@ def test_a_searcher_saved_before_rounds_in_flight_restores_with_one(tmp_path: Pa
     s = _family_searcher({"a": 4})
     s.suggest("t0")
     state = s.__dict__.copy()
-    for name in ("_in_flight", "_round_of"):  # what an experiment saved by the previous version holds
+    for name in ("_in_flight", "_round_of", "_seconds"):  # what an experiment saved by an earlier version holds
         del state[name]
     old = FamilySearcher.__new__(FamilySearcher)
     old.__dict__.update(state)
     restored = pickle.loads(pickle.dumps(old))
-    assert restored._in_flight == 1 and isinstance(restored.suggest("t1"), dict) and restored.suggest("t2") is None
+    assert restored._in_flight == 1 and restored._seconds == {("a", 0): []}  # no run time known: turns
+    assert isinstance(restored.suggest("t1"), dict) and restored.suggest("t2") is None
     for trial in ("t0", "t1"):  # trials with no round recorded belong to the round in flight
         restored.on_trial_complete(trial, {"val_metric": 0.5, "epoch": 3})
     assert isinstance(restored.suggest("t2"), dict)

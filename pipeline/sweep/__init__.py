@@ -35,7 +35,7 @@ checks each (dataset, family)'s plan (plans) before Ray starts, connects through
 family's MLflow parent run (parents) and starts one Tuner (tuner) whose trainable is
 trial.run_family_trial: the trial's family (a config key; "<dataset>/<family>" when datasets share
 the run, `search.share_datasets`) picks its context.TrialContext and
-trial.run_trial trains it. families' searcher asks each family's scheduling searcher in turn for
+trial.run_trial trains it. families' searcher asks each family's scheduling searcher (most work left first) for
 a configuration, each family's ASHA stops its weak trials early; a trial asking for several
 workers hands its training to distributed.run_data_parallel. When the Tuner ends, records turns
 each family's trials into its record and copies its study to the project's Optuna storage, where
