@@ -26,7 +26,20 @@ Modules that moved keep their old import path (pipeline/moved.py), so pickles an
 written before still load.
 """
 
+import os as _os
+
 from pipeline import moved as _moved
+
+# MLflow's usage telemetry off in every process that imports ctsweep (the driver, Ray's trial
+# processes, the final stage's seeds) before any of them imports MLflow, unless the user set it.
+# Why: `import mlflow` starts a thread that fetches the telemetry config and, when it cannot (an
+# offline cluster node, as this project's machines are), removes `_MLFLOW_TELEMETRY_SESSION_ID`
+# from os.environ while the process may be iterating os.environ (requests reads the proxy
+# settings on every call): a trial's first MLflow write failed with MlflowException
+# "... failed with exception '_MLFLOW_TELEMETRY_SESSION_ID'" (a KeyError) in the fill benchmark,
+# 2026-11-28 (MLflow 3.17.2, mlflow/telemetry/client.py _fetch_config). The tracking server
+# (pipeline/stores/tracking_server.py) is started with it off too.
+_os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 # Lowest first. A unit is a subpackage or a top-level module; a module belongs to the longest
 # unit its dotted name starts with. pipeline.models is split into its own layers: the lineages

@@ -352,3 +352,24 @@ def test_the_server_refuses_unknown_host_names(mlflow_server) -> None:
 
     assert status("10.1.2.3:5000") == 200
     assert status("attacker.example.com") == 403
+
+
+def _telemetry_after_import(env: dict[str, str]) -> list[str]:
+    """In a fresh interpreter: MLFLOW_DISABLE_TELEMETRY after `import pipeline`, and whether
+    MLflow then started its telemetry client (the thread whose failure races os.environ)."""
+    import subprocess
+    import sys
+
+    code = ("import os, pipeline.sweep.trial; from mlflow.telemetry.client import get_telemetry_client; "
+            "print(os.environ.get('MLFLOW_DISABLE_TELEMETRY')); print(get_telemetry_client() is None)")
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK", "CI", "PYTEST_CURRENT_TEST")}
+    done = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True,
+                          timeout=120, check=True)
+    return done.stdout.split()
+
+
+def test_ctsweep_processes_import_mlflow_with_its_telemetry_off_unless_the_user_set_it() -> None:
+    # what a trial process imports first: MLflow's telemetry thread never starts (pipeline/__init__.py)
+    assert _telemetry_after_import({}) == ["true", "True"]
+    assert _telemetry_after_import({"MLFLOW_DISABLE_TELEMETRY": "false"})[0] == "false"  # the user's choice kept
