@@ -65,7 +65,7 @@ def trial_records(results: list[Any], mode: str, seed: int, client: tracking.Mlf
     without the bookkeeping keys, its number and repeat, its kept epoch (pipeline.training.selection)
     with the validation score and loss there, epochs, status and error, and MLflow run id.
     `threads`: trials read from MLflow at once (each trial's metric histories are round trips)."""
-    return sorted(_each(lambda result: _trial_record(result, mode, seed, client, exp_id, parent), results, threads),
+    return sorted(each_in_threads(lambda result: _trial_record(result, mode, seed, client, exp_id, parent), results, threads),
                   key=_trial_order)
 
 
@@ -95,11 +95,11 @@ def _trial_record(result: Any, mode: str, seed: int, client: tracking.MlflowClie
     }
 
 
-def _each(fn: Callable[[Any], Any], items: Sequence[Any], threads: int) -> list[Any]:
+def each_in_threads(fn: Callable[[Any], Any], items: Sequence[Any], threads: int) -> list[Any]:
     """[fn(item) for item in items], in up to `threads` threads (one: in this one), in order."""
     if threads <= 1 or len(items) <= 1:
         return [fn(item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(threads, len(items)), thread_name_prefix="ctsweep-trial") as pool:
+    with ThreadPoolExecutor(max_workers=min(threads, len(items)), thread_name_prefix="ctsweep-records") as pool:
         return list(pool.map(fn, items))
 
 
@@ -147,7 +147,7 @@ def close_runs(client: tracking.MlflowClient, records: list[dict[str, Any]], epo
         tracking.finish(client, run_id, outcome=outcome,
                         tags={"early_stopped": "true"} if outcome == tracking.STOPPED_EARLY else None)
 
-    _each(close, records, threads)
+    each_in_threads(close, records, threads)
 
 
 def close_orphans(client: tracking.MlflowClient, exp_id: str, parent: str, records: list[dict[str, Any]],

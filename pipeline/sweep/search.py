@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -63,7 +62,7 @@ from pipeline.sweep.epoch_time import check_time_limit
 from pipeline.sweep.families import family_of
 from pipeline.sweep.parents import close_parent, log_outcome, open_parents
 from pipeline.sweep.plans import FamilyPlan, plan_family, start_limit, trial_contexts
-from pipeline.sweep.records import family_record, failed_path, kept_result, record_workers
+from pipeline.sweep.records import each_in_threads, family_record, failed_path, kept_result, record_workers
 from pipeline.sweep.trial import run_trial
 from pipeline.sweep.tuner import TrialFn, new_tuner, restored_tuner, scheduler_of, searcher_of
 
@@ -325,7 +324,4 @@ def _run(root: Path, group: list[_Part], p: SearchParams, mode: str, path: str, 
 
 def _in_threads(build: Callable[[str], dict[str, Any]], keys: list[str], workers: int) -> dict[str, dict[str, Any]]:
     """{key: build(key)}, in up to `workers` threads (one: in this one)."""
-    if workers == 1:
-        return {key: build(key) for key in keys}
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return dict(zip(keys, pool.map(build, keys)))
+    return dict(zip(keys, each_in_threads(build, keys, workers)))
