@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install run test test-fast clean-results mlflow-ui
+.PHONY: install run test test-fast coverage clean-results mlflow-ui
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -47,14 +47,33 @@ run: install
 	@$(BIN)/ctsweep status
 
 # Two test processes (pytest-xdist), one per core: the Ray, DVC and MLflow tests wait on
-# subprocesses much of the time. CI on a fresh clone (install included) took 80 min on
-# 2026-11-27. worksteal: an idle process takes queued tests from the other, so a run of long
-# tests at the end of one queue does not leave a core idle; --durations lists the slowest 30.
+# subprocesses much of the time. worksteal: an idle process takes queued tests from the other, so
+# a run of long tests at the end of one queue does not leave a core idle; --durations lists the
+# slowest ten. Every test has a time limit (pyproject.toml, pytest-timeout). README "Tests" has
+# the current figures.
+TEST_ARGS ?=
 test: install
-	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=30
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=10 $(TEST_ARGS)
 
+# The unit-level tests, for the edit loop: everything not marked slow (no Ray search, dvc repro,
+# cluster or fault run).
 test-fast: install
-	$(BIN)/python -m pytest -q -n 2 -m "not slow"
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal -m "not slow" $(TEST_ARGS)
+
+# `make coverage`: the whole suite under coverage.py, line and branch coverage of pipeline/,
+# including the processes the tests start (ctsweep commands, dvc repro stages, Ray trial and task
+# processes: pyproject.toml [tool.coverage], tests/coverage_hook). Report in coverage-report/html/
+# and on the terminal; slower than `make test` (tracing costs).
+COVERAGE_DIR := $(abspath coverage-report)
+.PHONY: coverage
+coverage: install
+	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
+	@export COVERAGE_FILE=$(COVERAGE_DIR)/.coverage; status=0; \
+	  PYTHONPATH=$(abspath tests/coverage_hook) $(BIN)/python -m coverage run -m pytest -q -n 2 --dist worksteal \
+	    $(TEST_ARGS) || status=$$?; \
+	  $(BIN)/python -m coverage combine -q $(COVERAGE_DIR) && \
+	  $(BIN)/python -m coverage html -q -d $(COVERAGE_DIR)/html && \
+	  $(BIN)/python -m coverage report --sort=cover && exit $$status
 
 mlflow-ui: install
 	mlflow ui --backend-store-uri sqlite:///$(abspath mlflow.db) --host 127.0.0.1 --port 5000

@@ -175,10 +175,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@pytest.fixture(scope="module")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[postgres.Server]:
-    """The project's PostgreSQL in a temporary folder on a free port of 127.0.0.1, for a test
-    module; stopped by its PID at the end, which must leave no server process behind.
+@contextlib.contextmanager
+def running_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[postgres.Server]:
+    """The project's PostgreSQL in a temporary folder on a free port of 127.0.0.1; stopped by its
+    PID at the end, which must leave no server process behind. The session fixture
+    `postgres_session` (tests/conftest.py) starts one per test process.
 
     Run as root, the server runs as `nobody`, who cannot enter pytest's own temporary folders
     (mode 0700): the data directory then goes to a fresh folder under the system's temporary directory."""
@@ -198,3 +199,17 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[postgr
         finally:
             if as_root:
                 shutil.rmtree(base, ignore_errors=True)
+
+
+def fresh_database(server: postgres.Server, name: str) -> str:
+    """Database `name` new and empty, owned by the project's role (dropped first if it exists, with
+    whatever was still connected to it; done as the superuser); its URL."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(host="127.0.0.1", port=server.port, user=postgres.SUPERUSER, dbname="postgres",
+                         passfile=str(server.passfile), autocommit=True, connect_timeout=10) as connection:
+        connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        connection.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name),
+                                                                        sql.Identifier(postgres.ROLE)))
+    return server.url(name)

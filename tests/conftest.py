@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import http.server
+import os
 import shutil
+import sys
 import threading
 from pathlib import Path
 
@@ -64,6 +66,77 @@ def project(tmp_path: Path) -> Path:
     shutil.copytree(REPO / "search_spaces", tmp_path / "search_spaces")
     (tmp_path / "params.yaml").write_text(without_step_floor((REPO / "params.yaml").read_text()))
     return tmp_path
+
+
+# ------------------------------------------------------------------ one local Ray per test process
+
+LOCAL_RAY_CPUS = 2  # what a fresh local instance declares on this 2-core machine
+_PROCESS_ENV = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
+
+
+@pytest.fixture(autouse=True)
+def _own_ray_unless_shared(request: pytest.FixtureRequest) -> None:
+    """A test that does not ask for `local_ray` finds no Ray initialised in its process: it starts
+    (and stops) its own, as ctsweep would, or checks that nothing started one. So the shared
+    instance is stopped before such a test; the next `local_ray` test starts it again."""
+    ray = sys.modules.get("ray")  # imported only where some test used Ray
+    if "local_ray" not in request.fixturenames and ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture
+def local_ray() -> None:
+    """One local Ray instance per test process (each pytest-xdist worker has its own), kept from
+    one test to the next, as Ray's own test suite shares clusters: the search and final stages
+    use an initialised Ray as they find it (pipeline.sweep.cluster.ray_session) instead of
+    starting and stopping one (seconds each). For tests whose trials need nothing a fresh
+    instance would give them: a test that sets environment variables for its trial processes,
+    counts the CPUs or kills Ray starts its own."""
+    start_local_ray()
+
+
+def start_local_ray() -> None:
+    """The `local_ray` instance, started if it is not running (for fixtures of a wider scope)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    # Ray's processes inherit the environment of the moment it starts: that of the test process,
+    # not whatever the first test to ask had set with monkeypatch.
+    now = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(_PROCESS_ENV)
+    try:
+        ray.init(address="local", num_cpus=LOCAL_RAY_CPUS, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    finally:
+        os.environ.clear()
+        os.environ.update(now)
+
+
+# ------------------------------------------------------------------ one PostgreSQL per test process
+
+
+@pytest.fixture(scope="session")
+def postgres_session(tmp_path_factory: pytest.TempPathFactory):
+    """One PostgreSQL server (the project's own, tests/clusters.py) per test process: each
+    pytest-xdist worker has its own session, so its own server. Tests take `postgres_server`."""
+    from tests.clusters import running_postgres
+
+    with running_postgres(tmp_path_factory) as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_server(postgres_session):
+    """The session's PostgreSQL server with its databases (pipeline.stores.postgres.DATABASES:
+    mlflow, optuna) new and empty for this test."""
+    from pipeline.stores.postgres import DATABASES
+    from tests.clusters import fresh_database
+
+    for name in DATABASES:
+        fresh_database(postgres_session, name)
+    return postgres_session
 
 
 class _RangeHandler(http.server.SimpleHTTPRequestHandler):

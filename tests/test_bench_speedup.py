@@ -6,9 +6,12 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from benchmarks import speedup
 
 
+@pytest.mark.slow
 def test_speedup_measures_every_side_and_removes_the_worktree(tmp_path: Path) -> None:
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=speedup.ROOT, capture_output=True, text=True).stdout
     report = speedup.main(["--before", "HEAD", "--families", "ode_rnn", "--repeats", "1", "--epochs", "1",

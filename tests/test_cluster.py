@@ -28,8 +28,7 @@ from pipeline.data.kinds.xor import build as build_xor
 from pipeline.errors import ConfigError, ResourceError
 from pipeline.stores.paths import processed_dir
 from pipeline.sweep.search import search
-from tests.clusters import postgres_server  # noqa: F401 - the fixture
-from tests.clusters import RayCluster, mlflow_server, store_client, watch
+from tests.clusters import RayCluster, fresh_database, mlflow_server, store_client, watch
 from tests.conftest import default_params, write_params
 
 pytestmark = pytest.mark.slow
@@ -48,10 +47,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, postgres_server: postgres.Server) -> Iterator[str]:
+def server(tmp_path_factory: pytest.TempPathFactory, postgres_session: postgres.Server) -> Iterator[str]:
     """The multi-node recipe's tracking server (README, "Run on a Ray cluster"): `mlflow server`
-    over the project's own PostgreSQL, artifacts proxied."""
-    with mlflow_server(tmp_path_factory.mktemp("mlflow"), backend=postgres_server.url("mlflow")) as url:
+    over the project's own PostgreSQL, artifacts proxied; its database is the module's own (the
+    tests' `postgres_server` renews mlflow and optuna for each test)."""
+    backend = fresh_database(postgres_session, "mlflow_cluster")
+    with mlflow_server(tmp_path_factory.mktemp("mlflow"), backend=backend) as url:
         yield url
 
 

@@ -283,7 +283,8 @@ def _spans(client: MlflowClient, parent: str) -> list[tuple[int, int]]:
 
 @pytest.mark.slow
 def test_two_families_search_at_once_and_a_rerun_skips_the_unchanged(project: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      local_ray: None) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     save_dataset(processed_dir(project, "x"), build_xor("x", XorParams(kind="xor", n_train=64, n_test=16, seed=5)))

@@ -97,6 +97,7 @@ def _ddp_worker(rank: int, world: int, rendezvous: str, out: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_two_processes_train_what_one_process_trains(tmp_path: Path) -> None:
     out = tmp_path / "ddp.pt"
     mp.spawn(_ddp_worker, args=(2, f"file://{tmp_path / 'rendezvous'}", str(out)), nprocs=2, join=True)

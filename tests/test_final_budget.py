@@ -32,7 +32,7 @@ CONFIG = {"lr": 0.01, "optimizer": "rmsprop", "lr_schedule": "none", "grad_clip"
 
 
 @pytest.fixture
-def root(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def root(project: Path, monkeypatch: pytest.MonkeyPatch, local_ray: None) -> Path:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     save_dataset(processed_dir(project, "xor"), build_xor("xor", XorParams(kind="xor", n_train=200, n_test=50, seed=3)))
@@ -52,6 +52,7 @@ def _final(root: Path, **budget) -> dict:
     return final(root, "xor", "cfc", FinalParams(seeds=[1, 2], lr_factors=[], **budget))
 
 
+@pytest.mark.slow
 def test_a_seed_whose_validation_stops_improving_stops_after_patience_epochs(root: Path) -> None:
     # A learning rate of 1e-12 leaves the weights as they were: validation never beats epoch 1.
     _searched(root, {**CONFIG, "lr": 1e-12})
@@ -71,6 +72,7 @@ def test_a_seed_whose_validation_stops_improving_stops_after_patience_epochs(roo
     assert json.loads(final_result_path(root, "xor", "cfc").read_text())["seeds"][0]["stop"] == "patience"
 
 
+@pytest.mark.slow
 def test_without_patience_every_epoch_runs_and_the_best_epoch_is_kept(root: Path) -> None:
     _searched(root, CONFIG)
     record = _final(root, epochs=4)
@@ -88,6 +90,7 @@ def test_without_patience_every_epoch_runs_and_the_best_epoch_is_kept(root: Path
     assert record["val_loss_mean"] == pytest.approx(sum(s["val_loss"] for s in record["seeds"]) / 2)
 
 
+@pytest.mark.slow
 def test_seed_runs_are_named_seed_first_and_the_readme_filter_finds_exactly_the_seeds(root: Path) -> None:
     _searched(root, CONFIG)
     record = final(root, "xor", "cfc", FinalParams(seeds=[1, 2], lr_factors=[0.5], epochs=1))
@@ -108,6 +111,7 @@ def test_seed_runs_are_named_seed_first_and_the_readme_filter_finds_exactly_the_
     assert all((r.info.status, r.data.tags["outcome"]) == ("FINISHED", "completed") for r in [*seeds, *reruns])
 
 
+@pytest.mark.slow
 def test_the_wall_clock_cap_stops_a_seed_between_epochs(root: Path) -> None:
     # No epoch fits in 1 ms: the first always runs (nothing to keep otherwise), the second would overrun.
     _searched(root, CONFIG)
@@ -261,6 +265,7 @@ def test_seeds_start_longest_expected_first_from_the_searchs_seconds_per_step(ro
     assert submission_order(jobs) == [1, 3, 4, 0, 2]
 
 
+@pytest.mark.slow
 def test_a_cells_own_budget_trains_its_seeds_and_no_other_cells(root: Path) -> None:
     """`final.cells`: one (dataset, family) trains to its own epochs (no patience: every epoch runs)."""
     _searched(root, CONFIG)

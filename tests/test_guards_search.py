@@ -271,7 +271,8 @@ def _parent(root: Path):
     return parent
 
 
-def test_a_search_whose_every_trial_failed_never_replaces_a_good_result(tiny: Path, by_value) -> None:
+@pytest.mark.slow
+def test_a_search_whose_every_trial_failed_never_replaces_a_good_result(tiny: Path, by_value, local_ray: None) -> None:
     from pipeline.sweep.parents import ALL_FAILED_TAG
     from pipeline.sweep.search import SearchFailedError, search
 
@@ -293,6 +294,7 @@ def test_a_search_whose_every_trial_failed_never_replaces_a_good_result(tiny: Pa
     assert parent.info.run_id == failed["mlflow_parent_run_id"]
 
 
+@pytest.mark.slow
 def test_an_interrupt_just_after_the_result_was_written_says_so(tiny: Path, by_value,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """SIGINT lands right after the result file is written: the search is complete, so its parent

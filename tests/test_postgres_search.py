@@ -34,7 +34,7 @@ from pipeline.stores.paths import processed_dir, search_result_path
 from pipeline.stores.tracking_server import TrackingServer
 from pipeline.sweep import run_lookup
 from pipeline.sweep.search import search, search_many
-from tests.clusters import postgres_server, watch  # noqa: F401 - postgres_server: the fixture
+from tests.clusters import watch
 
 pytestmark = pytest.mark.slow
 TRIALS = 8  # trial processes at once: a local Ray of 2 CPUs, a quarter of a CPU each
@@ -52,12 +52,13 @@ def _children(client: MlflowClient) -> list:
 
 
 def test_eight_trials_log_every_epoch_through_a_tracking_server_on_postgres_killed_mid_search(
-        project: Path, postgres_server: postgres.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        project: Path, postgres_server: postgres.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        local_ray: None) -> None:
     xor = build_xor("xor", XorParams(kind="xor", n_train=1600, n_test=50, seed=3))
     save_dataset(processed_dir(project, "xor"), xor)
     server = TrackingServer(tmp_path / "mlflow", backend=postgres_server.url("mlflow"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server.start())
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a local Ray of this machine's 2 CPUs
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # the shared local Ray of 2 CPUs (tests/conftest.py)
     outage: dict[str, object] = {}
 
     def all_running_one_epoch_in(runs: list) -> list | None:
@@ -124,7 +125,7 @@ def _comparable(record: dict) -> dict:
 
 def test_a_familys_record_is_built_while_the_others_run_and_is_the_record_built_at_the_end(
         project: Path, postgres_server: postgres.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, local_ray: None) -> None:
     """Both stores on servers: the record of the family that ends first (each family has one of
     the 2 slots) is built while the other's trials run, and is the record of the same search
     whose MLflow store is an SQLite file, where every record is built at the end (one writer)."""

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from pipeline.config.datasets import UeaParams, XorParams
@@ -43,6 +44,7 @@ def test_a_bundled_dataset_s_note_holds_the_checksums_of_aeon_s_files() -> None:
                          for name in ("JapaneseVowels_TEST.ts", "JapaneseVowels_TRAIN.ts")]
 
 
+@pytest.mark.slow
 def test_dvc_repro_of_a_dataset_with_nothing_to_download_warns_nothing(tmp_path: Path) -> None:
     root = tmp_path / "project"
     root.mkdir()

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import ray
 from mlflow.tracking import MlflowClient
 
 from pipeline.config import FinalParams, XorParams
@@ -57,7 +56,7 @@ def test_splits_of_different_lengths_are_padded_as_the_contract_pads() -> None:
 
 
 @pytest.fixture
-def root(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def root(project: Path, monkeypatch: pytest.MonkeyPatch, local_ray: None) -> Path:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     save_dataset(processed_dir(project, "tiny"), build_xor("tiny", XorParams(kind="xor", n_train=40, n_test=20, seed=3)))
@@ -69,12 +68,10 @@ def root(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return project
 
 
+@pytest.mark.slow
 def test_the_final_stage_trains_each_seed_on_its_own_validation_series(root: Path) -> None:
-    try:
-        own = final(root, "tiny", "cfc", FinalParams(seeds=[1], epochs=1, validation="per_seed"))
-        prepared = final(root, "tiny", "cfc", FinalParams(seeds=[1], epochs=1))
-    finally:
-        ray.shutdown()
+    own = final(root, "tiny", "cfc", FinalParams(seeds=[1], epochs=1, validation="per_seed"))
+    prepared = final(root, "tiny", "cfc", FinalParams(seeds=[1], epochs=1))
     assert own["status"] == prepared["status"] == "ok"
     assert own["validation"] == "per_seed" and prepared["validation"] == "prepared"
     # the same seed, other training and validation series: other losses

@@ -67,7 +67,7 @@ def _parents(client: MlflowClient, dataset: str) -> list:
 
 
 @pytest.mark.slow
-def test_nan_trials_fail_cleanly_and_the_search_goes_on(root: Path) -> None:
+def test_nan_trials_fail_cleanly_and_the_search_goes_on(root: Path, local_ray: None) -> None:
     _poisoned_dataset(root, "poisoned")
     p = SearchParams(num_samples=3, max_concurrent=2, epochs=2, n_startup_trials=1)
     record = search(root, "poisoned", "ncde", p)  # recorded as failed, not raised
@@ -91,7 +91,7 @@ def test_nan_trials_fail_cleanly_and_the_search_goes_on(root: Path) -> None:
 
 @pytest.mark.slow
 def test_a_family_whose_every_trial_fails_is_recorded_failed_and_searched_again(
-        root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        root: Path, capsys: pytest.CaptureFixture[str], local_ray: None) -> None:
     """Every cfc trial diverges in epoch 1 (search.fixed sets lr 1e30; a time limit below one epoch,
     this test's way until issue 31, is now refused before Ray): a failed record with the reason, a
     FAILED parent, one warning and a normal return. The same search again runs (and fails) again;
@@ -143,7 +143,8 @@ def test_the_time_limit_error_names_the_key_that_set_the_limit(family_limits: di
     assert str(ctx.first_epoch_too_slow()) == f"first epoch exceeded the trial time limit of 2.5 s ({key})"
 
 
-def test_the_searched_dataset_s_reference_runs_first_with_its_fixed_values(root: Path) -> None:
+@pytest.mark.slow
+def test_the_searched_dataset_s_reference_runs_first_with_its_fixed_values(root: Path, local_ray: None) -> None:
     """CfC on a dataset named physionet2012 searches Table S2's configuration first, with its
     class weight and the authors' inputs (fixed for that dataset only) and the paper's AdamW and lr decay."""
     save_dataset(processed_dir(root, "physionet2012"),
@@ -216,6 +217,9 @@ def scripted_search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dic
 
     from ray import cloudpickle
 
+    from tests.conftest import start_local_ray
+
+    start_local_ray()
     root = tmp_path_factory.mktemp("scripted")
     module = sys.modules[scripted_trial.__module__]  # pytest imports it as `test_search`: no Ray worker can
     cloudpickle.register_pickle_by_value(module)
@@ -247,6 +251,7 @@ def _trial_runs(root: Path, record: dict) -> dict[int, object]:
     return runs
 
 
+@pytest.mark.slow
 def test_trial_runs_are_named_for_their_optuna_trial_number_first(scripted_search) -> None:
     root, record = scripted_search
     runs = _trial_runs(root, record)
@@ -255,6 +260,7 @@ def test_trial_runs_are_named_for_their_optuna_trial_number_first(scripted_searc
     assert all(r.data.tags["stage"] == "search" and r.data.tags["family"] == "cfc" for r in runs.values())
 
 
+@pytest.mark.slow
 def test_an_asha_stopped_trial_ends_finished_with_its_outcome_and_a_failure_failed(scripted_search) -> None:
     root, record = scripted_search
     runs = _trial_runs(root, record)
@@ -265,6 +271,7 @@ def test_an_asha_stopped_trial_ends_finished_with_its_outcome_and_a_failure_fail
     assert record["asha_rungs"] == {"1": 2, "2": 1}  # trial 2 never reached a rung, trial 1 only the first
 
 
+@pytest.mark.slow
 def test_every_run_says_whether_it_is_a_parent_or_a_child(scripted_search) -> None:
     root, record = scripted_search
     client = MlflowClient(_store(root))
@@ -275,6 +282,7 @@ def test_every_run_says_whether_it_is_a_parent_or_a_child(scripted_search) -> No
     assert parent.info.run_id == record["mlflow_parent_run_id"] and parent.info.run_name == "search/cfc"
 
 
+@pytest.mark.slow
 def test_the_persisted_study_has_every_epoch_and_links_each_trial_to_its_run(scripted_search) -> None:
     import optuna
 

@@ -65,7 +65,8 @@ def test_a_family_s_fingerprint_changes_with_its_own_fixed_values_only(tmp_path:
     assert fp({}) == fp({"ode_rnn": {"lr": 0.1}}) != fp({"cfc": {"lr": 0.1}})
 
 
-def test_every_trial_trains_with_the_fixed_values(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.slow
+def test_every_trial_trains_with_the_fixed_values(project: Path, monkeypatch: pytest.MonkeyPatch, local_ray: None) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     save_dataset(processed_dir(project, "xor_event"), build_xor("xor_event", XorParams(kind="xor", n_train=60,
                                                                                           n_test=20, seed=3)))

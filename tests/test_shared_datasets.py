@@ -56,7 +56,8 @@ def test_siblings_are_the_other_prepared_datasets_in_params_order(tmp_path: Path
 @pytest.mark.slow
 def test_two_datasets_search_in_one_run_and_find_what_they_find_alone(project: Path, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch,
-                                                                      capsys: pytest.CaptureFixture) -> None:
+                                                                      capsys: pytest.CaptureFixture,
+                                                                      local_ray: None) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     for name, seed in (("a", 5), ("b", 6), ("busy", 7)):

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-import ray
 import torch
 
 from pipeline.config import FinalParams, SearchParams, XorParams, load_params
@@ -33,7 +32,7 @@ CONFIG = {**FINAL_CONFIG, "batch_size": 256}
 
 
 @pytest.fixture
-def root(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def root(project: Path, monkeypatch: pytest.MonkeyPatch, local_ray: None) -> Path:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     # 40 series: 36 train, 4 validation, as small as the UCR/UEA datasets of the issue
@@ -148,6 +147,7 @@ def test_batch_choices_above_the_split_are_clipped_in_one_line() -> None:
     assert ltc.clip_batch(20, "tiny")[0].params["batch_size"].choices == (16, 20)
 
 
+@pytest.mark.slow
 def test_a_search_on_a_tiny_split_clips_its_batches_and_takes_its_floor_of_steps(
         root: Path, capsys: pytest.CaptureFixture) -> None:
     p = SearchParams(num_samples=1, max_concurrent=1, epochs=2, min_steps=10, asha={"grace_period": 1})
@@ -184,15 +184,13 @@ def _searched(root: Path, config: dict) -> None:
     path.write_text(json.dumps(record))
 
 
+@pytest.mark.slow
 def test_a_tiny_dataset_with_large_batches_and_short_patience_is_marked_not_converged(root: Path) -> None:
     """The issue's case: 36 training series at batch 256 (one step an epoch), patience 2, no floor on
     the epochs' steps: 30 epochs are 30 steps, fewer than patience may stop before (MIN_STEPS), so
     every seed runs its 30 epochs and is still short."""
     _searched(root, CONFIG)
-    try:
-        record = final(root, "tiny", "cfc", FinalParams(seeds=[1, 2, 3], epochs=30, patience=2, min_steps=1))
-    finally:
-        ray.shutdown()
+    record = final(root, "tiny", "cfc", FinalParams(seeds=[1, 2, 3], epochs=30, patience=2, min_steps=1))
     for seed in record["seeds"]:
         assert seed["steps_per_epoch"] == 1 and seed["steps"] == seed["epochs_trained"] == 30 < MIN_STEPS
         assert len(seed["train_loss_curve"]) == len(seed["val_loss_curve"]) == seed["epochs_trained"]

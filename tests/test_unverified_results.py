@@ -27,7 +27,7 @@ NOTE = "local copy, not verified against the publisher (Outcomes-a.txt, set-a.ta
 
 
 @pytest.fixture
-def root(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def root(project: Path, monkeypatch: pytest.MonkeyPatch, local_ray: None) -> Path:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv("CTSWEEP_UNVERIFIED_COPY", raising=False)

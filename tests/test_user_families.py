@@ -153,6 +153,7 @@ def test_a_fresh_process_finds_the_declared_families_through_the_environment(tmp
     assert done.returncode == 0 and done.stdout.strip() == "uf_env", done.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_the_template_family_passes_check_family_as_written(tmp_path: Path) -> None:
     for name in ("params.yaml", "dvc.yaml"):  # the real ones, comments and all
         shutil.copy(REPO / name, tmp_path / name)
@@ -198,6 +199,7 @@ SHAPELESS = GOOD.replace("class Tiny", "class Shapeless").replace(
     "return out if self.per_step else gather_steps(out, last_valid_index(mask))", "return out")
 
 
+@pytest.mark.slow
 def test_check_family_names_each_broken_contract(tmp_path: Path) -> None:
     _module(tmp_path, "uf_broken", LEAKY + SHAPELESS)
     _project(tmp_path, {"leaky": "uf_broken:Leaky", "shapeless": "uf_broken:Shapeless"})
