@@ -124,6 +124,7 @@ def test_bad_flags_are_one_clear_error(flags: list[str], key: str, monkeypatch: 
         cluster.parse_args(flags)
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.slow  # Ray twice, MLflow, a spawned pool: about 45 s on the 2-core machine
 def test_quick_run_replays_the_same_trials_and_writes_both_outputs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -98,6 +98,7 @@ def test_workload_is_seeded_and_scores_follow_the_learning_rate() -> None:
     fill.QUICK.params()
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.slow
 def test_quick_run_through_the_real_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -206,6 +207,7 @@ def test_render_adds_the_dataset_modes_and_their_ratio() -> None:
     assert "| mode | work fill |" not in text  # no one-dataset mode ran: none of their tables
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.slow
 def test_quick_dataset_modes_through_the_real_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil
@@ -258,6 +260,7 @@ def test_the_long_workload_s_shortest_trial_sleeps_30_s_on_warm_workers() -> Non
     w.params()  # a valid `search` section
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.slow
 def test_quick_store_modes_log_to_sqlite_and_through_the_server_on_postgres(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,6 +17,7 @@ from pipeline.data.kinds.xor import build
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.slow
 def test_quick_run_packs_trials_and_fills_the_slots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

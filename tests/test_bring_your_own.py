@@ -20,7 +20,7 @@ import yaml
 
 from tests.conftest import REPO, readme_blocks
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # minutes here: README "Tests"
 
 SECTION = "## Bring your own data and model"
 FAMILY, DATASET = "my_gru", "my_data"

@@ -31,7 +31,7 @@ from pipeline.sweep.search import search
 from tests.clusters import RayCluster, fresh_database, mlflow_server, store_client, watch
 from tests.conftest import default_params, write_params
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # minutes here: README "Tests"
 EPOCHS = 4
 
 

@@ -30,7 +30,7 @@ from pipeline.stores.paths import processed_dir
 from pipeline.sweep.search import search_many
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # minutes here: README "Tests"
 
 FAMILIES = ["cfc", "lstm_dt"]
 

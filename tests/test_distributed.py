@@ -208,6 +208,7 @@ def _wait_for_free_cpus(timeout_s: float = 30.0) -> None:
         time.sleep(0.5)
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.slow
 def test_a_tune_trial_trains_on_two_workers_like_one_process(ray_cluster, tmp_path: Path, store) -> None:
     data = build_xor("x", XOR)
@@ -273,6 +274,7 @@ def test_a_trial_refuses_to_start_where_the_state_api_is_missing(ray_cluster) ->
         ray.get(probe.check.remote())
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.slow
 def test_a_search_trains_every_trial_on_two_workers(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The search stage end to end with `workers: 2` for one family: each trial drives a Ray Train

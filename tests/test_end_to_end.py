@@ -23,7 +23,7 @@ from mlflow.tracking import MlflowClient
 from pipeline.data.contract import load_dataset
 from tests.conftest import REPO, default_params, stages_run, write_params
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # minutes here: README "Tests"
 
 DATASET = "japanese_vowels_drop30"
 FAMILIES = ["cfc", "ncde"]

@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import REPO, default_params, stages_run, write_params
 from tests.test_end_to_end import _env
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # minutes here: README "Tests"
 
 DATASET = "xor_event"
 OK, FAILED = "cfc", "ncde"

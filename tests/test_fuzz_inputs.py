@@ -336,6 +336,7 @@ def test_sample_of_bad_inputs_is_refused_in_one_line(project: Path, monkeypatch:
     _run(project, cases, monkeypatch)
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.slow
 def test_every_bad_input_is_refused_in_one_line(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _run(project, candidates(), monkeypatch)

@@ -24,7 +24,7 @@ from pipeline.sweep.parents import COMPLETE_TAG
 from tests.clusters import store_client, watch
 from tests.conftest import default_params, write_params
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # minutes here: README "Tests"
 EPOCHS = 3
 TRIALS = 3
 

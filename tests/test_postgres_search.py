@@ -36,7 +36,7 @@ from pipeline.sweep import run_lookup
 from pipeline.sweep.search import search, search_many
 from tests.clusters import watch
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # minutes here: README "Tests"
 TRIALS = 8  # trial processes at once: a local Ray of 2 CPUs, a quarter of a CPU each
 EPOCHS = 5
 DOWN_S = 5  # the tracking server's outage

@@ -66,6 +66,7 @@ def _parents(client: MlflowClient, dataset: str) -> list:
     return [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.slow
 def test_nan_trials_fail_cleanly_and_the_search_goes_on(root: Path, local_ray: None) -> None:
     _poisoned_dataset(root, "poisoned")
@@ -89,6 +90,7 @@ def test_nan_trials_fail_cleanly_and_the_search_goes_on(root: Path, local_ray: N
     assert json.loads(parent[0].data.tags["optuna_states"]) == {"FAIL": 3}  # Optuna told; none RUNNING
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.slow
 def test_a_family_whose_every_trial_fails_is_recorded_failed_and_searched_again(
         root: Path, capsys: pytest.CaptureFixture[str], local_ray: None) -> None:

@@ -129,6 +129,7 @@ def _outputs(root: Path, dataset: str) -> dict[str, bytes]:
             for stage in ("search", "final") for path in sorted((root / "results" / dataset / stage).glob("*.json"))}
 
 
+@pytest.mark.timeout(900)
 @pytest.mark.slow
 def test_dvc_repro_shares_the_run_and_reruns_only_the_changed_dataset(tmp_path: Path) -> None:
     root = tmp_path / "project"
