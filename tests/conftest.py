@@ -74,14 +74,16 @@ LOCAL_RAY_CPUS = 2  # what a fresh local instance declares on this 2-core machin
 _PROCESS_ENV = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
 
 
+_LOCAL_RAY = {"started": False}  # whether the Ray initialised in this process is the shared one
+
+
 @pytest.fixture(autouse=True)
 def _own_ray_unless_shared(request: pytest.FixtureRequest) -> None:
-    """A test that does not ask for `local_ray` finds no Ray initialised in its process: it starts
-    (and stops) its own, as ctsweep would, or checks that nothing started one. So the shared
+    """A test that does not ask for `local_ray` finds no shared Ray initialised in its process: it
+    starts (and stops) its own, as ctsweep would, or checks that nothing started one. So the shared
     instance is stopped before such a test; the next `local_ray` test starts it again."""
-    ray = sys.modules.get("ray")  # imported only where some test used Ray
-    if "local_ray" not in request.fixturenames and ray is not None and ray.is_initialized():
-        ray.shutdown()
+    if "local_ray" not in request.fixturenames:
+        stop_local_ray()
 
 
 @pytest.fixture
@@ -96,7 +98,7 @@ def local_ray() -> None:
 
 
 def start_local_ray() -> None:
-    """The `local_ray` instance, started if it is not running (for fixtures of a wider scope)."""
+    """The `local_ray` instance, started if no Ray is initialised here (for wider-scoped fixtures)."""
     import ray
 
     if ray.is_initialized():
@@ -109,9 +111,19 @@ def start_local_ray() -> None:
     try:
         ray.init(address="local", num_cpus=LOCAL_RAY_CPUS, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
+        _LOCAL_RAY["started"] = True
     finally:
         os.environ.clear()
         os.environ.update(now)
+
+
+def stop_local_ray() -> None:
+    """Stop the shared instance if it runs: before a test, or a fixture of a wider scope, starts a
+    Ray of its own in this process (a Ray that something else started is left alone)."""
+    ray = sys.modules.get("ray")  # imported only where some test used Ray
+    if _LOCAL_RAY["started"] and ray is not None and ray.is_initialized():
+        ray.shutdown()
+    _LOCAL_RAY["started"] = False
 
 
 # ------------------------------------------------------------------ one PostgreSQL per test process

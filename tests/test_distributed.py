@@ -145,6 +145,9 @@ def ray_cluster():
     release the workers of a trial Tune stopped (pipeline.sweep.distributed). address="local": never
     another process's `ray start` cluster on this machine, and RAY_API_SERVER_ADDRESS tells the
     cluster's processes which State API is theirs."""
+    from tests.conftest import stop_local_ray
+
+    stop_local_ray()  # this process's shared Ray (tests/conftest.py), if an earlier test started it
     port = _free_port()
     # Ray's worker processes cannot import this test module: ship its functions by value.
     cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -1,6 +1,16 @@
-"""The real stack end to end: `dvc repro` runs prepare -> search (Ray Tune + Optuna) -> final
-(Ray) -> report -> promote (MLflow registry) on a tiny profile in a temporary project; then
-the Optuna dashboard, MLflow filters, `dvc plots`, the registry and `ctsweep predict` on its outputs."""
+"""The real stack end to end: one `dvc repro` runs prepare -> search (Ray Tune + Optuna) -> final
+(Ray) -> report -> promote (MLflow registry) on a tiny profile in a temporary project, and every
+test here reads what it wrote (its MLflow store, Optuna storage, results, reports and registry):
+the Optuna dashboard, MLflow filters, `dvc plots`, the registry and `ctsweep predict`.
+
+The profile has a third family whose every search trial fails (`search.fixed` sets its learning
+rate to 1e30, so its loss turns non-finite in epoch 1): `dvc repro` goes on, its search and final
+records say "failed" with the reason, the report shows the failed cell, promotion considers only
+the others, and the others go through every stage as usual.
+
+The project is built once for the whole test session, also under pytest-xdist (the first worker
+to take the lock builds it for the others), and nothing reads it while anything writes it: the
+tests that run `dvc repro` again do so in a copy."""
 
 from __future__ import annotations
 
@@ -18,6 +28,7 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pytest
+from filelock import FileLock
 from mlflow.tracking import MlflowClient
 
 from pipeline.data.contract import load_dataset
@@ -26,14 +37,18 @@ from tests.conftest import REPO, default_params, stages_run, write_params
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # minutes here: README "Tests"
 
 DATASET = "japanese_vowels_drop30"
-FAMILIES = ["cfc", "ncde"]
+FAMILIES = ["cfc", "ncde"]  # trained through every stage
+FAILED = "cfc_no_gate"  # every search trial diverges
 TRIALS, SEEDS, LR_FACTORS = 3, [0, 1, 2], [0.5]
+REASON = "non-finite training loss"  # then the value (nan or inf) and "at epoch 1"
 
 
 def _tiny_params() -> dict:
     raw = default_params()
-    raw.update(datasets=[DATASET], families=FAMILIES)
-    raw["search"].update(num_samples=TRIALS, epochs=2, n_startup_trials=1)
+    raw.update(datasets=[DATASET], families=[*FAMILIES, FAILED])
+    # batches of 32: several optimiser steps in epoch 1, so every trial diverges within it
+    raw["search"].update(num_samples=TRIALS, epochs=2, n_startup_trials=1,
+                         fixed={FAILED: {"lr": 1.0e30, "batch_size": 32}})
     raw["search"]["asha"]["grace_period"] = 1
     raw["final"].update(seeds=SEEDS, epochs=2, patience=1, lr_factors=LR_FACTORS)
     raw["promote"]["seeds_required"] = len(SEEDS)
@@ -46,15 +61,20 @@ def _env(root: Path) -> dict[str, str]:
     return env
 
 
+def _completed(root: Path, *cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=root, env=_env(root), capture_output=True, text=True, timeout=1500)
+
+
 def _run(root: Path, *cmd: str) -> str:
-    done = subprocess.run(cmd, cwd=root, env=_env(root), capture_output=True, text=True, timeout=1500)
+    done = _completed(root, *cmd)
     assert done.returncode == 0, f"{cmd} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     return done.stdout
 
 
-@pytest.fixture(scope="module")
-def repro(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    root = tmp_path_factory.mktemp("project")
+def _build(root: Path) -> dict:
+    """The tiny project in `root`, its `dvc repro`, and what promotion said: two final epochs
+    rarely converge, so the stage may refuse the candidate; then `ctsweep promote` is asked again
+    (refused by the same rule) and forced, as a user would, before any test reads the registry."""
     shutil.copytree(REPO / "search_spaces", root / "search_spaces")
     shutil.copytree(REPO / "pipeline", root / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
@@ -62,20 +82,65 @@ def repro(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     write_params(root, _tiny_params())
     _run(root, "git", "init", "-q")
     _run(root, "dvc", "init", "-q")
-    return root, _run(root, "dvc", "repro")
+    done = _completed(root, "dvc", "repro")
+    built = {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr, "forced": False}
+    promotion = root / "reports" / "promotion.json"
+    if done.returncode == 0 and json.loads(promotion.read_text())[0].get("refused") == "not_converged":
+        built.update(promoted_again=_run(root, "ctsweep", "promote"), forced=True)
+        _run(root, "ctsweep", "promote", "--force")
+    return built
 
 
-def _runs(client: MlflowClient, stage: str, child: bool) -> list:
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> tuple[Path, dict]:
+    """One project and one `dvc repro` for the whole session, also under xdist: the workers share
+    the run's temporary folder, and the first to take the lock builds it for the others."""
+    if worker_id == "master":
+        root = tmp_path_factory.mktemp("project")
+        return root, _build(root)
+    shared = tmp_path_factory.getbasetemp().parent
+    root, saved = shared / "end_to_end_project", shared / "end_to_end_repro.json"
+    with FileLock(str(shared / "end_to_end.lock")):
+        if not saved.exists():
+            shutil.rmtree(root, ignore_errors=True)  # a worker whose build broke off left it half-made
+            root.mkdir()
+            saved.write_text(json.dumps(_build(root)))
+    return root, json.loads(saved.read_text())
+
+
+@pytest.fixture(scope="module")
+def repro(built: tuple[Path, dict]) -> tuple[Path, str]:
+    """The project and the output of its `dvc repro`, which must have succeeded."""
+    root, done = built
+    assert done["returncode"] == 0, f"dvc repro failed:\n{done['stdout'][-3000:]}\n{done['stderr'][-5000:]}"
+    return root, done["stdout"]
+
+
+def _copy(root: Path, to: Path) -> Path:
+    """A copy of the project to run `dvc repro` in again (DVC's own lock files left behind)."""
+    def skip(folder: str, names: list[str]) -> list[str]:
+        return ["tmp"] if Path(folder) == root / ".dvc" else []
+
+    shutil.copytree(root, to, symlinks=True, ignore=skip)
+    return to
+
+
+def _runs(client: MlflowClient, stage: str, child: bool, families: list[str] = FAMILIES) -> list:
     exp = client.get_experiment_by_name(f"ctsweep/{DATASET}")
     runs = client.search_runs([exp.experiment_id], f"tags.stage = '{stage}'", max_results=1000)
-    return [r for r in runs if ("mlflow.parentRunId" in r.data.tags) == child]
+    return [r for r in runs if ("mlflow.parentRunId" in r.data.tags) == child and r.data.tags.get("family") in families]
+
+
+def _json(root: Path, *parts: str) -> dict | list:
+    return json.loads(root.joinpath(*parts).read_text())
 
 
 def test_outputs_and_tables(repro: tuple[Path, str]) -> None:
     root, _ = repro
     metrics = json.loads((root / "reports" / "metrics.json").read_text())
-    assert set(metrics[DATASET]) == set(FAMILIES)
-    for family, m in metrics[DATASET].items():
+    assert set(metrics[DATASET]) == {*FAMILIES, FAILED}
+    for family in FAMILIES:
+        m = metrics[DATASET][family]
         assert m["n_seeds"] == len(SEEDS) and m["n_trials"] == TRIALS and 0 <= m["test_mean"] <= 1
         assert m["n_parameters"] > 0 and "params" not in m  # a count, not DVC's params
         assert "seconds_per_epoch" not in m and m["n_repeats"] == 1  # no timings: reproducible
@@ -145,7 +210,7 @@ def test_mlflow_has_every_trial_and_seed(repro: tuple[Path, str]) -> None:
     assert {r.data.tags["outcome"] for r in trials} <= {"completed", "stopped_early"}
     assert all(r.info.run_name.startswith(f"trial-{r.data.tags['optuna_trial_number']}/search/") for r in trials)
     assert all(r.data.tags["seed"] == "1000" and "val_metric" in r.data.metrics for r in trials)
-    seeds = _runs(client, "final", child=True)
+    seeds = _runs(client, "final", child=True, families=[*FAMILIES, FAILED])
     assert sorted((r.data.tags["family"], int(r.data.tags["seed"])) for r in seeds) == sorted(
         (f, s) for f in FAMILIES for s in SEEDS)
     assert all(r.info.status == "FINISHED" and "final_test" in r.data.metrics for r in seeds)
@@ -172,15 +237,16 @@ def test_mlflow_filters_find_runs_by_dataset_family_stage_seed(repro: tuple[Path
         assert {"report/results.md", f"report/{DATASET}_test.png", f"report/{DATASET}_lr.png"} <= files
 
 
-def test_champion_loads_and_reproduces_its_test_score(repro: tuple[Path, str]) -> None:
+def test_champion_loads_and_reproduces_its_test_score(repro: tuple[Path, str], built: tuple[Path, dict]) -> None:
     root, _ = repro
     promotion = json.loads((root / "reports" / "promotion.json").read_text())
-    # Two final epochs rarely converge: the stage then refuses the candidate, and the user forces it.
-    forced = promotion[0].get("refused") == "not_converged"
+    # Two final epochs rarely converge: the stage then refuses the candidate, and the user forced it
+    # (the fixture did, with `ctsweep promote --force`, after asking once more without it).
+    forced = built[1]["forced"]
+    assert forced == (promotion[0].get("refused") == "not_converged")
     if forced:
         assert not promotion[0]["alias_moved"] and "--force" in promotion[0]["reason"]
-        assert "not promoted" in _run(root, "ctsweep", "promote")  # refused again, by the same rule
-        _run(root, "ctsweep", "promote", "--force")
+        assert "not promoted" in built[1]["promoted_again"]  # refused again, by the same rule
     mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
     version = MlflowClient().get_model_version_by_alias(f"ctsweep-{DATASET}", "champion")
     assert ("promoted_by_force" in version.tags) == forced
@@ -217,24 +283,24 @@ def test_champion_loads_and_reproduces_its_test_score(repro: tuple[Path, str]) -
 
 def test_promote_shows_champion_and_candidate(repro: tuple[Path, str]) -> None:
     root, _ = repro
-    promotion = json.loads((root / "reports" / "promotion.json").read_text())
-    # pytest-xdist may run this on a worker (with its own `repro`) where the test above did not
-    # force the refused candidate in: do the same here, once.
-    if promotion[0].get("refused") == "not_converged" and "champion (none)" in _run(root, "ctsweep", "promote",
-                                                                                    "--dry-run"):
-        _run(root, "ctsweep", "promote", "--force")
-    shown = _run(root, "ctsweep", "promote", "--dry-run")
+    shown = _run(root, "ctsweep", "promote", "--dry-run")  # the champion the fixture's promotion made
     assert f"ctsweep-{DATASET}" in shown and "champion v1" in shown and "candidate" in shown
     assert "decision: would not move the alias: the candidate is already the champion" in shown
 
 
-def test_second_repro_runs_only_the_raw_file_check_and_one_space_reruns_one_family(repro: tuple[Path, str]) -> None:
-    root, first = repro
+def test_second_repro_runs_only_the_raw_file_check_and_one_space_reruns_one_family(
+        repro: tuple[Path, str], tmp_path: Path) -> None:
+    first_root, first = repro
     assert "Running stage" in first
+    root = _copy(first_root, tmp_path / "again")
+    failed = {kind: (root / "results" / DATASET / kind / f"{FAILED}.json").read_bytes() for kind in ("search", "final")}
     again = _run(root, "dvc", "repro")
     # Only the raw-file check runs again (fetch is `always_changed`: a local dataset's file lies outside
-    # what DVC can list per dataset); its output is unchanged, so nothing after it runs.
+    # what DVC can list per dataset); its output is unchanged, so nothing after it runs. A failed
+    # search is an output like any other: nothing reruns it until its inputs change.
     assert stages_run(again) == [f"fetch@{DATASET}"], again
+    for kind, content in failed.items():
+        assert (root / "results" / DATASET / kind / f"{FAILED}.json").read_bytes() == content, kind
     kept = {kind: (root / "results" / DATASET / kind / "cfc.json").read_bytes() for kind in ("search", "final")}
     metrics = (root / "reports" / "metrics.json").read_bytes()
     space = root / "search_spaces" / "ncde.yaml"
@@ -253,3 +319,58 @@ def test_second_repro_runs_only_the_raw_file_check_and_one_space_reruns_one_fami
     assert "(up to date: not trained again)" in rerun
     for kind, content in kept.items():
         assert (root / "results" / DATASET / kind / "cfc.json").read_bytes() == content, kind
+
+
+# ------------------------------------------------------------------ the family whose every trial failed
+
+
+def test_dvc_repro_goes_on_and_warns_once_about_the_failed_family(built: tuple[Path, dict]) -> None:
+    _, done = built
+    assert done["returncode"] == 0, f"{done['stdout'][-3000:]}\n{done['stderr'][-5000:]}"
+    warnings = [line for line in done["stderr"].splitlines()
+                if line.startswith(f"ctsweep: warning: {DATASET}/{FAILED}: all {TRIALS} search trials failed")]
+    assert len(warnings) == 1 and REASON in warnings[0], done["stderr"][-5000:]
+    for stage in (f"search@{DATASET}", f"final@{DATASET}", "report", "promote"):
+        assert f"Running stage '{stage}'" in done["stdout"]
+
+
+def test_the_failed_family_s_search_and_final_records_say_why(repro: tuple[Path, str]) -> None:
+    root, _ = repro
+    searched = _json(root, "results", DATASET, "search", f"{FAILED}.json")
+    assert (searched["status"], searched["best_config"], searched["n_trials"], searched["n_failed"]) == (
+        "failed", None, TRIALS, TRIALS)
+    assert searched["errors"] and all(e.startswith(REASON) and " at epoch 1 (" in e for e in searched["errors"])
+    assert sum(int(e.rsplit("(", 1)[1].split()[0]) for e in searched["errors"]) == TRIALS  # every trial once
+    final = _json(root, "results", DATASET, "final", f"{FAILED}.json")
+    assert final["status"] == "failed" and final["errors"] == searched["errors"]
+    assert (final["dataset"], final["family"], final["n_trials"], final["n_failed"]) == (DATASET, FAILED, TRIALS,
+                                                                                       TRIALS)
+    assert "seeds" not in final and "test_mean" not in final
+
+
+def test_the_report_shows_the_failed_cell_without_scores(repro: tuple[Path, str]) -> None:
+    root, _ = repro
+    cells = _json(root, "reports", "metrics.json")[DATASET]
+    assert cells[FAILED]["status"] == "failed" and "test_mean" not in cells[FAILED]
+    assert all(cells[f]["status"] == "ok" and 0 <= cells[f]["test_mean"] <= 1 for f in FAMILIES)
+    assert FAILED in (root / "reports" / "results.md").read_text()
+
+
+def test_promotion_never_picks_the_failed_family(repro: tuple[Path, str]) -> None:
+    root, _ = repro
+    decisions = [d for d in _json(root, "reports", "promotion.json") if d["dataset"] == DATASET]
+    assert len(decisions) == 1 and decisions[0]["candidate_family"] in FAMILIES
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    # the failed family is never even registered
+    versions = client.search_model_versions(f"name = 'ctsweep-{DATASET}'")
+    assert versions and {v.tags.get("family") for v in versions} <= set(FAMILIES)
+
+
+def test_the_failed_search_s_parent_run_is_marked(repro: tuple[Path, str]) -> None:
+    root, _ = repro
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    runs = _runs(client, "search", child=False, families=[FAILED])
+    [parent] = runs
+    assert parent.info.status == "FAILED" and parent.data.tags["all_trials_failed"] == "true"
+    trials = _runs(client, "search", child=True, families=[FAILED])
+    assert len(trials) == TRIALS and all(r.info.status == "FAILED" and REASON in r.data.tags["error"] for r in trials)
