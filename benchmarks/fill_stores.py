@@ -82,5 +82,8 @@ def run_mode(work: Path, label: str, workload: fill.Workload) -> dict[str, Any]:
     out = fill.run_mode(work, label, workload, stores=stores_for(label), driver=fill.MODES["after"])
     if label == "postgres":  # the server's log, for a look at what it did (errors, retries)
         log = work / label / "mlflow-server" / "server.log"
-        out["server_errors"] = log.read_text().count("Traceback") if log.exists() else None
+        text = log.read_text() if log.exists() else None
+        out["server_errors"] = text.count("Traceback") if text is not None else None
+        if text and "Traceback" in text:  # the first one, so that a report (or a failed test) says which
+            out["server_first_error"] = text[text.index("Traceback"):][:3000]
     return out

@@ -291,7 +291,7 @@ def test_quick_store_modes_log_to_sqlite_and_through_the_server_on_postgres(
         for family in w.families:
             record = json.loads(search_result_path(work / "postgres", fill.DATASET, family).read_text())
             assert record["optuna_storage"].startswith("postgresql://ctsweep@127.0.0.1:")
-        assert modes["postgres"]["server_errors"] == 0
+        assert modes["postgres"]["server_errors"] == 0, modes["postgres"].get("server_first_error")
         assert "MLflow through `mlflow server` on PostgreSQL" in (tmp_path / "fill.md").read_text()
     finally:
         shutil.rmtree(work, ignore_errors=True)
