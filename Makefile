@@ -63,7 +63,7 @@ test-fast: install
 # `make coverage`: the whole suite under coverage.py, line and branch coverage of pipeline/,
 # including the processes the tests start (ctsweep commands, dvc repro stages, Ray trial and task
 # processes: pyproject.toml [tool.coverage], tests/coverage_hook). Report in coverage-report/html/
-# and on the terminal; slower than `make test` (tracing costs).
+# and on the terminal.
 COVERAGE_DIR := $(abspath coverage-report)
 .PHONY: coverage
 coverage: install

@@ -72,8 +72,6 @@ def project(tmp_path: Path) -> Path:
 
 LOCAL_RAY_CPUS = 2  # what a fresh local instance declares on this 2-core machine
 _PROCESS_ENV = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
-
-
 _LOCAL_RAY = {"started": False}  # whether the Ray initialised in this process is the shared one
 
 
