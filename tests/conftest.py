@@ -8,10 +8,14 @@ import os
 import shutil
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests import shared_ray
+from tests.shared_ray import start_local_ray, stop_local_ray
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -70,18 +74,25 @@ def project(tmp_path: Path) -> Path:
 
 # ------------------------------------------------------------------ one local Ray per test process
 
-LOCAL_RAY_CPUS = 2  # what a fresh local instance declares on this 2-core machine
-_PROCESS_ENV = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
-_LOCAL_RAY = {"started": False}  # whether the Ray initialised in this process is the shared one
-
 
 @pytest.fixture(autouse=True)
-def _own_ray_unless_shared(request: pytest.FixtureRequest) -> None:
+def _own_ray_unless_shared(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test that does not ask for `local_ray` finds no shared Ray initialised in its process: it
     starts (and stops) its own, as ctsweep would, or checks that nothing started one. So the shared
-    instance is stopped before such a test; the next `local_ray` test starts it again."""
-    if "local_ray" not in request.fixturenames:
-        stop_local_ray()
+    instance is stopped before such a test; the next `local_ray` test starts it again.
+
+    After such a test, a Ray still initialised that is neither the shared one nor a holding
+    fixture's is one the test (or the code it ran) started and did not stop: that would make a
+    later test's "nothing started Ray" check fail for no fault of its own. It is stopped, and the
+    test that left it fails at teardown, naming itself."""
+    if "local_ray" in request.fixturenames:
+        yield
+        return
+    stop_local_ray()
+    yield
+    if shared_ray.leaked():
+        sys.modules["ray"].shutdown()
+        pytest.fail(f"{request.node.nodeid} left a Ray initialised in the test process (stopped now)", pytrace=False)
 
 
 @pytest.fixture
@@ -91,37 +102,8 @@ def local_ray() -> None:
     use an initialised Ray as they find it (pipeline.sweep.cluster.ray_session) instead of
     starting and stopping one (seconds each). For tests whose trials need nothing a fresh
     instance would give them: a test that sets environment variables for its trial processes,
-    counts the CPUs or kills Ray starts its own."""
+    counts the CPUs or kills Ray starts its own. (tests/shared_ray.py: the instance's bookkeeping.)"""
     start_local_ray()
-
-
-def start_local_ray() -> None:
-    """The `local_ray` instance, started if no Ray is initialised here (for wider-scoped fixtures)."""
-    import ray
-
-    if ray.is_initialized():
-        return
-    # Ray's processes inherit the environment of the moment it starts: that of the test process,
-    # not whatever the first test to ask had set with monkeypatch.
-    now = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(_PROCESS_ENV)
-    try:
-        ray.init(address="local", num_cpus=LOCAL_RAY_CPUS, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
-        _LOCAL_RAY["started"] = True
-    finally:
-        os.environ.clear()
-        os.environ.update(now)
-
-
-def stop_local_ray() -> None:
-    """Stop the shared instance if it runs: before a test, or a fixture of a wider scope, starts a
-    Ray of its own in this process (a Ray that something else started is left alone)."""
-    ray = sys.modules.get("ray")  # imported only where some test used Ray
-    if _LOCAL_RAY["started"] and ray is not None and ray.is_initialized():
-        ray.shutdown()
-    _LOCAL_RAY["started"] = False
 
 
 # ------------------------------------------------------------------ one PostgreSQL per test process

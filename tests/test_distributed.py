@@ -145,19 +145,20 @@ def ray_cluster():
     release the workers of a trial Tune stopped (pipeline.sweep.distributed). address="local": never
     another process's `ray start` cluster on this machine, and RAY_API_SERVER_ADDRESS tells the
     cluster's processes which State API is theirs."""
-    from tests.conftest import stop_local_ray
+    from tests.shared_ray import held_ray
 
-    stop_local_ray()  # this process's shared Ray (tests/conftest.py), if an earlier test started it
-    port = _free_port()
-    # Ray's worker processes cannot import this test module: ship its functions by value.
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(address="local", num_cpus=2, include_dashboard=True, dashboard_port=port, log_to_driver=False,
-             configure_logging=False, runtime_env={"env_vars": {"RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{port}"}})
-    try:
-        yield
-    finally:
-        ray.shutdown()
-        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    with held_ray():  # this process's shared Ray (tests/shared_ray.py) stopped first, if an earlier test started it
+        port = _free_port()
+        # Ray's worker processes cannot import this test module: ship its functions by value.
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        ray.init(address="local", num_cpus=2, include_dashboard=True, dashboard_port=port, log_to_driver=False,
+                 configure_logging=False,
+                 runtime_env={"env_vars": {"RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{port}"}})
+        try:
+            yield
+        finally:
+            ray.shutdown()
+            cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture

@@ -219,7 +219,7 @@ def scripted_search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dic
 
     from ray import cloudpickle
 
-    from tests.conftest import start_local_ray
+    from tests.shared_ray import start_local_ray
 
     start_local_ray()
     root = tmp_path_factory.mktemp("scripted")
