@@ -46,19 +46,21 @@ run: install
 	  RAY_ADDRESS=127.0.0.1:$(RAY_PORT) dvc repro; fi
 	@$(BIN)/ctsweep status
 
-# Two test processes (pytest-xdist), one per core: the Ray, DVC and MLflow tests wait on
-# subprocesses much of the time. worksteal: an idle process takes queued tests from the other, so
-# a run of long tests at the end of one queue does not leave a core idle; --durations lists the
-# slowest ten. Every test has a time limit (pyproject.toml, pytest-timeout). README "Tests" has
-# the current figures.
+# Two test processes (pytest-xdist), one per core. loadfile: a test file runs whole in one process,
+# so a module's shared fixture (a dvc repro, a Ray cluster, servers) is built once, never waited
+# for or built again by the other process; tests/conftest.py puts the files of minute-long system
+# tests first (--no-loadscope-reorder keeps that order), so the short files fill both processes
+# at the end. --durations lists the slowest ten. Every test has a time limit (pyproject.toml,
+# pytest-timeout). README "Tests" has the current figures.
+XDIST := -n 2 --dist loadfile --no-loadscope-reorder
 TEST_ARGS ?=
 test: install
-	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=10 $(TEST_ARGS)
+	$(BIN)/python -m pytest -q $(XDIST) --durations=10 $(TEST_ARGS)
 
 # The unit-level tests, for the edit loop: everything not marked slow (no Ray search, dvc repro,
 # cluster or fault run).
 test-fast: install
-	$(BIN)/python -m pytest -q -n 2 --dist worksteal -m "not slow" $(TEST_ARGS)
+	$(BIN)/python -m pytest -q $(XDIST) -m "not slow" $(TEST_ARGS)
 
 # `make coverage`: the whole suite under coverage.py, line and branch coverage of pipeline/,
 # including the processes the tests start (ctsweep commands, dvc repro stages, Ray trial and task
@@ -69,7 +71,7 @@ COVERAGE_DIR := $(abspath coverage-report)
 coverage: install
 	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
 	@export COVERAGE_FILE=$(COVERAGE_DIR)/.coverage; status=0; \
-	  PYTHONPATH=$(abspath tests/coverage_hook) $(BIN)/python -m coverage run -m pytest -q -n 2 --dist worksteal \
+	  PYTHONPATH=$(abspath tests/coverage_hook) $(BIN)/python -m coverage run -m pytest -q $(XDIST) \
 	    $(TEST_ARGS) || status=$$?; \
 	  $(BIN)/python -m coverage combine -q $(COVERAGE_DIR) && \
 	  $(BIN)/python -m coverage html -q -d $(COVERAGE_DIR)/html && \

@@ -72,6 +72,26 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
+# ------------------------------------------------------------------ the order of the test files
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files of the system tests that take minutes first, the unit-level files after them.
+
+    `make test` hands whole files to its two pytest-xdist processes in this order (Makefile:
+    loadfile), so the long files start early and the many short ones fill both processes at the
+    end instead of one process finishing a long file alone. A file's weight: its `slow` tests,
+    those with a larger time limit (`@pytest.mark.timeout`: minutes here) counting for more. Only
+    the order of files changes; a file's tests keep theirs."""
+    weight: dict[Path, float] = {}
+    for item in items:
+        limit = item.get_closest_marker("timeout")
+        slow = item.get_closest_marker("slow") is not None
+        weight[item.path] = weight.get(item.path, 0.0) + slow * (1 + (limit.args[0] / 300 if limit and limit.args else 0))
+    first_seen = {path: i for i, path in enumerate(dict.fromkeys(item.path for item in items))}
+    items.sort(key=lambda item: (-weight[item.path], first_seen[item.path]))
+
+
 # ------------------------------------------------------------------ one local Ray per test process
 
 
