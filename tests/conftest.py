@@ -85,9 +85,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     the order of files changes; a file's tests keep theirs."""
     weight: dict[Path, float] = {}
     for item in items:
+        weight.setdefault(item.path, 0.0)
+        if item.get_closest_marker("slow") is None:
+            continue
         limit = item.get_closest_marker("timeout")
-        slow = item.get_closest_marker("slow") is not None
-        weight[item.path] = weight.get(item.path, 0.0) + slow * (1 + (limit.args[0] / 300 if limit and limit.args else 0))
+        weight[item.path] += 1 + (limit.args[0] / 300 if limit and limit.args else 0)
     first_seen = {path: i for i, path in enumerate(dict.fromkeys(item.path for item in items))}
     items.sort(key=lambda item: (-weight[item.path], first_seen[item.path]))
 

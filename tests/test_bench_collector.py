@@ -24,7 +24,7 @@ def test_summary_leaves_out_first_epochs_and_compares_the_modes():
 
 
 @pytest.mark.slow
-def test_a_real_tune_trial_spends_less_time_collecting_when_frozen(tmp_path):
+def test_a_real_tune_trial_s_collector_walks_a_fraction_of_the_objects_when_frozen(tmp_path):
     """Two real Tune trials on a local Ray (cfc on JapaneseVowels from aeon, 3 epochs): in the
     frozen one the collector walks a fraction of the objects while the Trainer is built. (How much
     less time it spends there is the benchmark's figure, not a check: two trials' seconds on a
