@@ -24,18 +24,19 @@ from pipeline.sweep.parents import COMPLETE_TAG
 from tests.clusters import store_client, watch
 from tests.conftest import default_params, write_params
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # minutes here: README "Tests"
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # minutes here: docs/development/tests.md
 EPOCHS = 3
 TRIALS = 3
+N_TRAIN = 400  # epochs of a fraction of a second: the watch (every 0.2 s) still sees a trial mid-way
 
 
 @pytest.fixture
 def root(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    save_dataset(processed_dir(project, "xor"), build_xor("xor", XorParams(kind="xor", n_train=1600, n_test=50, seed=3)))
+    save_dataset(processed_dir(project, "xor"), build_xor("xor", XorParams(kind="xor", n_train=N_TRAIN, n_test=50, seed=3)))
     raw = default_params()
-    raw.update(datasets=["xor"], families=["cfc"], prepare={"xor": {"kind": "xor", "n_train": 1600, "n_test": 50}})
+    raw.update(datasets=["xor"], families=["cfc"], prepare={"xor": {"kind": "xor", "n_train": N_TRAIN, "n_test": 50}})
     # One trial at a time, no early stops: a finished trial and a running one are easy to catch.
     raw["search"] = {"num_samples": TRIALS, "max_concurrent": 1, "epochs": EPOCHS, "n_startup_trials": 1,
                      "asha": {"grace_period": EPOCHS}}
@@ -142,7 +143,7 @@ def test_an_interrupted_final_stage_keeps_the_old_result_and_resumes_its_finishe
     from pipeline.sweep.search import search
 
     raw = default_params()
-    raw.update(datasets=["xor"], families=["cfc"], prepare={"xor": {"kind": "xor", "n_train": 1600, "n_test": 50}})
+    raw.update(datasets=["xor"], families=["cfc"], prepare={"xor": {"kind": "xor", "n_train": N_TRAIN, "n_test": 50}})
     raw["search"] = {"num_samples": 1, "max_concurrent": 1, "epochs": 1, "n_startup_trials": 1,
                      "asha": {"grace_period": 1}}
     # Two CPUs a seed on this 2-core machine: one seed at a time, so one finishes before the other.
@@ -199,7 +200,7 @@ def test_an_interrupted_sweep_of_two_families_resumes_both_in_one_tune_run(root:
     # Tune run; interrupted while both have trials, the rerun resumes that run with both studies.
     raw = json.loads(json.dumps(default_params()))
     raw.update(datasets=["xor"], families=["cfc", "ode_rnn"],
-               prepare={"xor": {"kind": "xor", "n_train": 1600, "n_test": 50}})
+               prepare={"xor": {"kind": "xor", "n_train": N_TRAIN, "n_test": 50}})
     raw["search"] = {"num_samples": TRIALS, "max_concurrent": 1, "epochs": EPOCHS, "n_startup_trials": 1,
                      "asha": {"grace_period": EPOCHS}}
     write_params(root, raw)
