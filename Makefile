@@ -51,15 +51,20 @@ run: install
 # for or built again by the other process; tests/conftest.py puts the files of minute-long system
 # tests first (--no-loadscope-reorder keeps that order), so the short files fill both processes
 # at the end. --durations lists the slowest ten. Every test has a time limit (pyproject.toml,
-# pytest-timeout). README "Tests" has the current figures.
+# pytest-timeout). docs/development/tests.md has the current figures.
 XDIST := -n 2 --dist loadfile --no-loadscope-reorder
 TEST_ARGS ?=
+# pipeline/ compiled to bytecode once: where PYTHONDONTWRITEBYTECODE is set (it is on the project's
+# machines), every Ray worker, stage and command the suite starts -- hundreds -- would compile it again.
+BYTECODE := $(BIN)/python -m compileall -q pipeline >/dev/null
 test: install
+	$(BYTECODE)
 	$(BIN)/python -m pytest -q $(XDIST) --durations=10 $(TEST_ARGS)
 
 # The unit-level tests, for the edit loop: everything not marked slow (no Ray search, dvc repro,
 # cluster or fault run).
 test-fast: install
+	$(BYTECODE)
 	$(BIN)/python -m pytest -q $(XDIST) -m "not slow" $(TEST_ARGS)
 
 # `make coverage`: the whole suite under coverage.py, line and branch coverage of pipeline/,
@@ -88,7 +93,7 @@ optuna-dashboard: install
 # `make mlflow-server`: the tracking server trials on every node log to (MLFLOW_TRACKING_URI=
 # http://<host>:<port>). It serves ./mlflow.db (MLFLOW_BACKEND: another store, e.g. the URL
 # `make postgres` prints) and proxies artifacts into ./mlartifacts, so clients need no shared
-# disk. Bound to 127.0.0.1 unless MLFLOW_HOST says otherwise; see the README before binding it
+# disk. Bound to 127.0.0.1 unless MLFLOW_HOST says otherwise; see docs/how-to/cluster.md before binding it
 # wider (MLFLOW_SERVER_OPTS="--allowed-hosts head:5000" and so on). A postgresql:// backend is
 # connected to first: one line saying what failed instead of MLflow's retries. The
 # command is not echoed: a URL may hold a password (the one `make postgres` prints does not).
@@ -124,6 +129,18 @@ postgres-stop: install
 clean-results:
 	rm -rf results reports/curves reports/lr reports/bars reports/plots reports/metrics reports/metrics.json reports/ranks.csv reports/results.md reports/promotion.json ray_results
 
+# `make docs`: the documentation site (mkdocs.yml, docs/) into site/, offline (no fonts or scripts
+# from the network). The command-line and params.yaml reference pages are written from the code at
+# each build (docs/hooks/). --strict: any warning fails the build, a link to a missing page or
+# anchor included. `make docs-serve`: the same at http://127.0.0.1:8000, rebuilt on every change.
+# NO_MKDOCS_2_WARNING: mkdocs-material's notice about its successor, not about this site.
+.PHONY: docs docs-serve
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve -a 127.0.0.1:8000
+
 # `make bench`: seconds per training epoch and peak memory of every registered model family on
 # one synthetic dataset (benchmarks/README.md); BENCH_ARGS passes options, e.g. BENCH_ARGS=--quick.
 BENCH_ARGS ?=
@@ -152,7 +169,7 @@ bench-convergence: install
 
 # `make bench-small-data`: which final.validation makes small datasets' results converge and agree
 # across reruns (benchmarks/small_data.py; BENCH_ARGS="--root PROJECT ..." names a project whose
-# params.yaml prepares them, e.g. GunPoint and ArrowHead: README "Small datasets").
+# params.yaml prepares them, e.g. GunPoint and ArrowHead: docs/benchmarks/small-data.md).
 .PHONY: bench-small-data
 bench-small-data: install
 	$(BIN)/python -m benchmarks.small_data $(BENCH_ARGS)

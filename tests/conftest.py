@@ -26,13 +26,16 @@ def write_params(root: Path, params: dict) -> Path:
     return path
 
 
-def readme_blocks(section: str, language: str) -> list[str]:
-    """The fenced code blocks in `language` of the README section headed `section` ("## ..."),
-    dedented (blocks inside list items are indented)."""
+WORKED_EXAMPLE = REPO / "docs" / "how-to" / "worked-example.md"
+
+
+def doc_blocks(section: str, language: str, page: Path = WORKED_EXAMPLE) -> list[str]:
+    """The fenced code blocks in `language` of the section headed `section` ("## ...") of a
+    documentation page, dedented (blocks inside list items are indented)."""
     import re
     import textwrap
 
-    text = (REPO / "README.md").read_text()
+    text = page.read_text()
     start = text.index(section)
     end = text.find("\n## ", start + len(section))
     body = text[start:end if end >= 0 else None]

@@ -1,4 +1,4 @@
-"""README, "Bring your own data and model", run as written with the real stack and a tiny budget:
+"""The worked example (docs/how-to/worked-example.md), run as written with the real stack and a tiny budget:
 its script writes the CSV, its commands make and check the family, its params.yaml lines define
 the sweep, `dvc repro` runs it in a temporary project, and the user's family, promoted, predicts
 through `models:/ctsweep-my_data@champion` in a fresh process outside the project."""
@@ -18,16 +18,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, readme_blocks
+from tests.conftest import REPO, WORKED_EXAMPLE, doc_blocks
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # minutes here: README "Tests"
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # minutes here: docs/development/tests.md
 
 SECTION = "## Bring your own data and model"
 FAMILY, DATASET = "my_gru", "my_data"
 
 
 def _blocks(language: str) -> list[str]:
-    return readme_blocks(SECTION, language)
+    return doc_blocks(SECTION, language, WORKED_EXAMPLE)
 
 
 def _env() -> dict[str, str]:
@@ -43,7 +43,7 @@ def _run(root: Path, *cmd: str, env: dict[str, str] | None = None) -> str:
 
 
 def _tiny(params: dict) -> dict:
-    """The README's sweep with a budget a test can afford (the README's run uses the defaults)."""
+    """The worked example's sweep with a budget a test can afford (the example's run uses the defaults)."""
     # min_steps 1: the default's step floors would make each of these few epochs many passes
     params["search"].update(num_samples=2, epochs=3, n_startup_trials=1, min_steps=1)
     params["search"]["asha"]["grace_period"] = 3
@@ -73,7 +73,7 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     for line in _blocks("bash")[1].splitlines():  # dvc repro, ctsweep predict
         if line.startswith("ctsweep predict"):
             # The champion is the user's family, whatever the rule made of a budget this small (by hand,
-            # as the README's "Promote and use the best models" shows), so the rest checks its model.
+            # as docs/getting-started/status-promote-predict.md shows), so the rest checks its model.
             out += _run(root, "ctsweep", "promote", "--dataset", DATASET, "--family", FAMILY, "--force")
         out += _run(root, *shlex.split(line.split("#")[0]))
     return root, out

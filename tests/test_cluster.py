@@ -1,6 +1,6 @@
 """Searches on a real multi-node Ray cluster on this machine (`ray start` head and worker nodes
 with token authentication, an `mlflow server` over the project's PostgreSQL, the Optuna studies
-there too: the README's multi-node recipe): the stores a cluster cannot share are refused,
+there too: the multi-node recipe of docs/how-to/cluster.md): the stores a cluster cannot share are refused,
 requests no node can meet fail at once, a killed worker node's trial is rescheduled, and a
 killed driver's search resumes with Tuner.restore when the stage runs again."""
 
@@ -31,7 +31,7 @@ from pipeline.sweep.search import search
 from tests.clusters import RayCluster, fresh_database, mlflow_server, store_client, watch
 from tests.conftest import default_params, write_params
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # minutes here: README "Tests"
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # minutes here: docs/development/tests.md
 EPOCHS = 4
 
 
@@ -48,7 +48,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, postgres_session: postgres.Server) -> Iterator[str]:
-    """The multi-node recipe's tracking server (README, "Run on a Ray cluster"): `mlflow server`
+    """The multi-node recipe's tracking server (docs/how-to/cluster.md): `mlflow server`
     over the project's own PostgreSQL, artifacts proxied; its database is the module's own (the
     tests' `postgres_server` renews mlflow and optuna for each test)."""
     backend = fresh_database(postgres_session, "mlflow_cluster")

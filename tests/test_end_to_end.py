@@ -34,7 +34,7 @@ from mlflow.tracking import MlflowClient
 from pipeline.data.contract import load_dataset
 from tests.conftest import REPO, default_params, stages_run, write_params
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # minutes here: README "Tests"
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # minutes here: docs/development/tests.md
 
 DATASET = "japanese_vowels_drop30"
 FAMILIES = ["cfc", "ncde"]  # trained through every stage
@@ -222,7 +222,7 @@ def test_mlflow_filters_find_runs_by_dataset_family_stage_seed(repro: tuple[Path
     root, _ = repro
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
     exp = client.get_experiment_by_name(f"ctsweep/{DATASET}")
-    # the filter strings the README gives for the MLflow UI's search box
+    # the filter strings docs/how-to/mlflow.md gives for the MLflow UI's search box
     [one] = client.search_runs([exp.experiment_id], f"tags.dataset = '{DATASET}' and tags.family = 'ncde' and "
                                                     "tags.stage = 'final' and tags.seed = '1'")
     assert one.info.run_name == "seed-1/final/ncde"

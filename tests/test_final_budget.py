@@ -99,7 +99,7 @@ def test_seed_runs_are_named_seed_first_and_the_readme_filter_finds_exactly_the_
     runs = client.search_runs([exp], "tags.family = 'cfc'")
     assert sorted(r.info.run_name for r in runs) == [
         "final/cfc", "seed-1/final/cfc", "seed-1/lr-x0.5/final/cfc", "seed-2/final/cfc", "seed-2/lr-x0.5/final/cfc"]
-    # The README's filters: the parent carries stage `final` too, `run_level` leaves it out
+    # The filters docs/how-to/mlflow.md gives: the parent carries stage `final` too, `run_level` leaves it out
     assert len(client.search_runs([exp], "tags.stage = 'final' and tags.family = 'cfc'")) == 3
     seeds = client.search_runs([exp], "tags.stage = 'final' and tags.run_level = 'child' and tags.family = 'cfc'")
     assert sorted(r.info.run_id for r in seeds) == sorted(s["mlflow_run_id"] for s in record["seeds"])

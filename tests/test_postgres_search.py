@@ -12,7 +12,7 @@ same Metric entity logged twice is stored once). So what a trial had logged befo
 acknowledged by the server, hence in PostgreSQL, and what it logs during the outage waits and
 lands after the restart: every epoch of every trial is there exactly once.
 
-The Optuna URL is given with its password typed in (the README advises the passfile URL): the
+The Optuna URL is given with its password typed in (docs/how-to/postgres.md advises the passfile URL): the
 search opens the study with it but writes it nowhere (record, MLflow params and tags: `***`).
 """
 
@@ -36,7 +36,7 @@ from pipeline.sweep import run_lookup
 from pipeline.sweep.search import search, search_many
 from tests.clusters import watch
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # minutes here: README "Tests"
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # minutes here: docs/development/tests.md
 TRIALS = 8  # trial processes at once: a local Ray of 2 CPUs, a quarter of a CPU each
 EPOCHS = 5
 DOWN_S = 5  # the tracking server's outage
@@ -73,7 +73,7 @@ def test_eight_trials_log_every_epoch_through_a_tracking_server_on_postgres_kill
         server.start()
         outage["down_s"] = time.monotonic() - began
 
-    # The Optuna URL with the password typed into it (the README advises the passfile URL instead):
+    # The Optuna URL with the password typed into it (docs/how-to/postgres.md advises the passfile URL instead):
     # the search must still keep it out of its record, its MLflow tags and the logs.
     password = postgres._passwords(postgres_server.data)["ctsweep"]
     optuna_url = f"postgresql://ctsweep:{password}@127.0.0.1:{postgres_server.port}/optuna"

@@ -328,7 +328,7 @@ def test_concurrent_writers_lose_no_metric_through_a_server(mlflow_server, tmp_p
 @pytest.mark.slow
 def test_the_server_refuses_unknown_host_names(mlflow_server) -> None:
     """The default --allowed-hosts (localhost, private IPs) is what makes binding wider safe
-    against DNS rebinding; a name must be allowed explicitly (README)."""
+    against DNS rebinding; a name must be allowed explicitly (docs/how-to/cluster.md)."""
     url = mlflow_server[0]
     api = f"{url}/api/2.0/mlflow/experiments/search?max_results=1"
 

@@ -23,7 +23,7 @@ from pipeline.families.check import check_family
 from pipeline.families.template import new_family
 from pipeline.models import MODELS, family_names, get_model_class
 from pipeline.spaces import load_space, space_path
-from tests.conftest import REPO, default_params, readme_blocks, write_params
+from tests.conftest import REPO, default_params, doc_blocks, write_params
 
 GOOD = '''
 import torch
@@ -222,10 +222,10 @@ def test_built_in_families_pass_check_family(family: str, project: Path) -> None
     assert not failed, failed
 
 
-def test_the_readme_shows_the_model_new_family_writes() -> None:
+def test_the_worked_example_shows_the_model_new_family_writes() -> None:
     from pipeline.families.template import MODEL
 
-    shown = readme_blocks("## Bring your own data and model", "python")[1]
+    shown = doc_blocks("## Bring your own data and model", "python")[1]
     written = MODEL.format(cls="MyGru", name="my_gru")
     assert shown.strip() == written[written.index("import torch"):].strip()
-    assert len(shown.strip().splitlines()) <= 30  # the README calls it a 30-line model
+    assert len(shown.strip().splitlines()) <= 30  # the worked example calls it a 30-line model

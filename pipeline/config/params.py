@@ -270,7 +270,7 @@ class Params(_Strict):
         unknown = [f for f in self.families if f not in family_names()]
         if unknown:
             raise ValueError(f"unknown families {_few(unknown)}; valid: {family_names()} (a family of your own: "
-                             "`user_families`, README \"Bring your own data and model\")")
+                             "`user_families`, docs/how-to/own-model.md)")
         for name, p in self.prepare.items():  # generated data: its sizes are params (pipeline/config/limits.py)
             if isinstance(p, XorParams) and (
                     problem := split_problem(name, p.n_train, p.val_fraction, p.n_test, MAX_SEQUENCES)):

@@ -180,7 +180,7 @@ def declare(params_path: Path, name: str, target: str) -> None:
     header = next((i for i, line in enumerate(lines) if line.startswith("user_families:")), None)
     if header is None:
         text = "".join(lines) + ("" if not lines or lines[-1].endswith("\n") else "\n")
-        text += f"\n# Families of this project's own code (README, \"Bring your own data and model\").\nuser_families:\n{entry}"
+        text += f"\n# Families of this project's own code (docs/how-to/own-model.md).\nuser_families:\n{entry}"
     elif lines[header].split("#")[0].strip() in ("user_families:", "user_families: {}"):
         lines[header] = "user_families:\n"
         lines.insert(header + 1, entry)

@@ -110,7 +110,7 @@ def _exclusive(path: Path) -> Iterator[None]:
 def _check_server(uri: str) -> None:
     """GET /health once, through MLflow's own HTTP client: the same credentials, TLS settings
     (MLFLOW_TRACKING_TOKEN, MLFLOW_TRACKING_INSECURE_TLS, ...) and proxies the trials will use."""
-    hint = ("start it with `make mlflow-server` (README: MLflow tracking server), or unset "
+    hint = ("start it with `make mlflow-server` (docs/how-to/cluster.md), or unset "
             "MLFLOW_TRACKING_URI to use the local SQLite store")
     try:
         response = http_request(get_default_host_creds(uri), "/health", "GET", max_retries=0,

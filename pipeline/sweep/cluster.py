@@ -120,7 +120,7 @@ def check_fits(resources: Resources, key: str, autoscaling: bool = False) -> Non
 PENDING_TRIALS_ENV = "TUNE_MAX_PENDING_TRIALS_PG"
 # Tune warns each time it forces an experiment snapshot within 5 s of the last one, which with a
 # checkpoint per epoch and num_to_keep=2 is hundreds of times per search. The cost was measured
-# (README, Cluster benchmark: about 0.04 of the overhead ratio) and accepted to bound the
+# (docs/benchmarks/cluster.md: about 0.04 of the overhead ratio) and accepted to bound the
 # storage, so the warning is switched off the way Ray's message says.
 SNAPSHOT_WARNING_ENV = "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S"
 
@@ -145,7 +145,7 @@ def pending_trials(limit: int) -> Iterator[None]:
     Tune allows ONE pending trial (placement group asked, trial not yet running) for any searcher
     that is not a ConcurrencyLimiter (ray.tune.execution.tune_controller._get_max_pending_trials),
     so an empty cluster fills one trial per scheduling round: at most 3 trials ran at once on a
-    32-slot cluster (benchmarks/README.md, cluster fill). Tune's documented knob is this
+    32-slot cluster (docs/benchmarks/fill.md). Tune's documented knob is this
     environment variable, read when the run starts. `TuneConfig(max_concurrent_trials)` is not
     used: its ConcurrencyLimiter forgets its live trials on restore and then drops the results of
     the trials a resumed run carries over, so their families would never see them end. Also
@@ -183,7 +183,7 @@ def check_shared_storage(tracking_uri: str, storage_path: str | None = None, key
         raise ConfigError(
             f"this Ray cluster has {n} nodes but the MLflow tracking store is local ({tracking_uri}): "
             "trials on other nodes cannot write it. Start an MLflow tracking server (`make mlflow-server`, "
-            "README: Run on a Ray cluster) and set MLFLOW_TRACKING_URI=http://<host>:<port>.")
+            "docs/how-to/cluster.md) and set MLFLOW_TRACKING_URI=http://<host>:<port>.")
     hosts = {node["NodeManagerAddress"] for node in ray.nodes() if node["Alive"]}
     if is_loopback_server(tracking_uri) and len(hosts) > 1:  # nodes on one host share its loopback
         raise ConfigError(

@@ -129,7 +129,7 @@ def close_runs(client: tracking.MlflowClient, records: list[dict[str, Any]], epo
         if not run_id:
             return
         run = (runs or {}).get(run_id) or client.get_run(run_id)
-        # the wall-clock guard cut it: its epochs depend on the machine's load (README, "Reproducibility")
+        # the wall-clock guard cut it: its epochs depend on the machine's load (docs/explanation/reproducibility.md)
         r["time_limited"] = run.data.tags.get("time_limited") == "true"
         if r["status"] == "error":
             if run.info.status == "RUNNING":

@@ -143,7 +143,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
             if trainer.stopped_early:  # tagged first: Tune may end this process at the report
                 tracking.set_tags(client, run_id, {"patience_stopped": "true"})
             # A checkpoint costs a torch.save, Tune's copy into its storage and, every `num_to_keep`
-            # of them, a snapshot of the experiment: a large share of a short epoch (README, Cluster benchmark).
+            # of them, a snapshot of the experiment: a large share of a short epoch (docs/benchmarks/cluster.md).
             due = time.monotonic() - saved >= ctx.checkpoint_every_s
             _report(trainer, metrics, run_id, due)  # Tune may end this process here; the driver closes the run
             if due:

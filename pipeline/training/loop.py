@@ -349,7 +349,7 @@ def deterministic_cuda() -> None:
     and atomic-add kernels: index_add_ / scatter_add_ / index_put_(accumulate) on CUDA and the
     backward of nn.Embedding (the token families) and of gather. `warn_only`: an operation
     without a deterministic kernel warns instead of failing the trial. On an H100 it cost 1.5 to
-    2.7 times the epoch time of the default families (README, "Reproducibility", measured with
+    2.7 times the epoch time of the default families (docs/benchmarks/gpu.md, measured with
     benchmarks/gpu_trainer.py); `CTSWEEP_CUDA_DETERMINISTIC=0` turns it off.
     """
     if os.environ.get(DETERMINISTIC_ENV, "1") == "0":

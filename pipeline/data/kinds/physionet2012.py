@@ -51,8 +51,8 @@ Deviations from the reference, and why
     * Standardised with train statistics (contract.standardise) by default; `scaling: min_max`
       is CfC's (x - min) / max (contract.min_max_scale), with the training stays' minimum and
       maximum where CfC takes them over every stay, test included. The CPU reproduction of
-      CfC's Table 5 uses it: cfc is 0.01-0.02 AUROC lower with standardised inputs (README,
-      "PhysioNet 2012 on this CPU").
+      CfC's Table 5 uses it: cfc is 0.01-0.02 AUROC lower with standardised inputs
+      (docs/benchmarks/physionet.md).
 """
 
 from __future__ import annotations
