@@ -79,7 +79,7 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return root, out
 
 
-def test_the_readme_example_runs_the_user_s_family_beside_the_built_in_ones(example: tuple[Path, str]) -> None:
+def test_the_worked_example_runs_the_user_s_family_beside_the_built_in_ones(example: tuple[Path, str]) -> None:
     root, out = example
     assert f"{FAMILY}: 8 of 8 checks passed" in out
     assert (root / "data" / "raw" / DATASET / "my_data.csv").read_bytes() == (root / "data" / "my_data.csv").read_bytes()

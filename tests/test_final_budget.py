@@ -91,7 +91,7 @@ def test_without_patience_every_epoch_runs_and_the_best_epoch_is_kept(root: Path
 
 
 @pytest.mark.slow
-def test_seed_runs_are_named_seed_first_and_the_readme_filter_finds_exactly_the_seeds(root: Path) -> None:
+def test_seed_runs_are_named_seed_first_and_the_documented_filter_finds_exactly_the_seeds(root: Path) -> None:
     _searched(root, CONFIG)
     record = final(root, "xor", "cfc", FinalParams(seeds=[1, 2], lr_factors=[0.5], epochs=1))
     client = tracking.MlflowClient(tracking.tracking_uri(root))

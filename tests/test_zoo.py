@@ -82,10 +82,10 @@ def test_space_for_unknown_family_names_the_file(tmp_path: Path) -> None:
         load_space(path)
 
 
-def test_readme_lists_every_family_with_its_input() -> None:
+def test_the_model_reference_lists_every_family_with_its_input() -> None:
     """The model table (docs/reference/models.md) names every registered family on a row with its input."""
-    readme = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "models.md").read_text()
-    section = readme.split("## Families\n", 1)[1].split("\n## ", 1)[0]
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "models.md").read_text()
+    section = page.split("## Families\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     names = {ref: row for row in rows for ref in re.findall(r"`([a-z0-9_]+)`", row.split("|")[1])}
     assert set(names) == set(MODELS)
