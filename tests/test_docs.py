@@ -206,7 +206,7 @@ def test_params_reference_has_every_key(hooks: types.ModuleType) -> None:
 def test_broken_link_and_anchor_fail_the_build(tmp_path: Path) -> None:
     project = tmp_path / "project"
     shutil.copytree(REPO / "docs", project / "docs", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("mkdocs.yml", "params.yaml"):
+    for name in ("mkdocs.yml", "params.yaml", "README.md"):  # README.md: the snippets the pages include
         shutil.copy(REPO / name, project / name)
     (project / "docs" / "links-under-test.md").write_text(
         "# Links\n\n[a missing page](no-such-page.md) and [a missing key](reference/params.md#search.no_such_key)\n")
