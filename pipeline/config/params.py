@@ -174,8 +174,10 @@ class FinalParams(_Strict):
         "1: one pass per epoch): on a small training split or with large batches an epoch is lengthened to whole "
         "passes until `epochs` epochs make this many steps, and `patience` counts those longer epochs")
     time_limit_s: float | None = Field(
-        None, gt=0, le=7 * 86400, description="wall-clock cap per seed in seconds (at most a week), checked after "
-                                              "each epoch; it must allow at least one epoch as the search measured it")
+        None, gt=0, le=7 * 86400, description="wall-clock cap per seed in seconds (at most a week), checked before "
+                                              "each epoch: none starts that would end past it at the slowest "
+                                              "epoch's length; it must allow at least one epoch as the search "
+                                              "measured it")
     lr_factors: list[float] = Field(
         default_factory=list, max_length=16, description="robustness: also rerun the best config with its learning "
         "rate times each factor (at most 16, each from 0.1 to 10), on every seed (e.g. [0.8, 1.25])")
