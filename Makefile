@@ -46,15 +46,15 @@ run: install
 	  RAY_ADDRESS=127.0.0.1:$(RAY_PORT) dvc repro; fi
 	@$(BIN)/ctsweep status
 
-# Three test processes (pytest-xdist) on the 2-core machine: a system test spends much of its time
-# waiting on the processes it started (stages run one after another, servers restart, trials sleep
-# on a schedule), so a third process uses cores that two leave idle. TEST_PROCS=2 for one per core.
-# loadfile: a test file runs whole in one process, so a module's shared fixture (a dvc repro, a Ray
-# cluster, servers) is built once, never waited for or built again by another process;
-# tests/conftest.py puts the files of minute-long system tests first (--no-loadscope-reorder keeps
-# that order), so the short files fill the processes at the end. --durations lists the slowest ten. Every test has a time limit (pyproject.toml,
-# pytest-timeout). docs/development/tests.md has the current figures.
-TEST_PROCS ?= 3
+# Two test processes (pytest-xdist), one per core (TEST_PROCS). A third was tried: the system
+# tests' own processes already keep both cores busy, and with three the heavy files competed for
+# them (load average 8) and the suite ran slower. loadfile: a test file runs whole in one process,
+# so a module's shared fixture (a dvc repro, a Ray cluster, servers) is built once, never waited for
+# or built again by another process; tests/conftest.py puts the files of minute-long system tests first (--no-loadscope-reorder keeps
+# that order), so the short files fill the processes at the end. --durations lists the slowest
+# ten. Every test has a time limit (pyproject.toml, pytest-timeout). docs/development/tests.md has
+# the current figures.
+TEST_PROCS ?= 2
 XDIST := -n $(TEST_PROCS) --dist loadfile --no-loadscope-reorder
 TEST_ARGS ?=
 # pipeline/ compiled to bytecode once: where PYTHONDONTWRITEBYTECODE is set (it is on the project's

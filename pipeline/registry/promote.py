@@ -17,8 +17,9 @@ champion:
 
 A family with fewer final seeds than `promote.seeds_required` is refused, whoever asks. A family
 whose every search trial failed is never a candidate (if all of a dataset's did, nothing is
-promoted), and a candidate marked not converged or mostly failed (pipeline.reporting.marks) is refused unless
-`force` is given; refusals are decisions, not errors, so the stage still succeeds.
+promoted), and a candidate marked not converged, mostly failed (pipeline.reporting.marks) or, in
+reports/metrics.json, no better than trivial (pipeline.reporting.trivial) is refused unless `force`
+is given; refusals are decisions, not errors, so the stage still succeeds.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ from pipeline.config import PromoteParams
 from pipeline.errors import CtsweepError
 from pipeline.stores.files import write_json
 from pipeline.stores.paths import reports_dir
-from pipeline.reporting.marks import MOSTLY_FAILED, NOT_CONVERGED, failed_detail, is_failed, mostly_failed, not_converged
+from pipeline.reporting.marks import (MOSTLY_FAILED, NO_BETTER_THAN_TRIVIAL, NOT_CONVERGED, Mark, failed_detail,
+                                      is_failed, mostly_failed, not_converged)
+from pipeline.reporting.status import datasets, read_metrics
 from pipeline.reporting.provenance import git_commit
 from pipeline.reporting.records import read_final
 from pipeline.reporting.report import best_family
@@ -164,15 +167,29 @@ def _nothing_to_promote(dataset: str, finals: dict[str, dict[str, Any]], current
 
 
 _ADVICE = {NOT_CONVERGED: "raise final.epochs or final.min_steps (or final.time_limit_s)",
-           MOSTLY_FAILED: "fix what fails its trials (results/<dataset>/search/<family>.json `trials`)"}
+           MOSTLY_FAILED: "fix what fails its trials (results/<dataset>/search/<family>.json `trials`)",
+           NO_BETTER_THAN_TRIVIAL: "give it more search trials, epochs or seeds (reports/results.md has the baseline)"}
 
 
-def _refusal(record: dict[str, Any], force: bool) -> tuple[str | None, str]:
+def reported_marks(root: Path, record: dict[str, Any]) -> list[Mark]:
+    """The candidate's marks that only the report can judge (no_better_than_trivial needs the
+    processed data), read from reports/metrics.json; none where the report has no cell for this
+    record (not run yet, or run before this record was written: its test mean differs)."""
+    if not (reports_dir(root) / "metrics.json").is_file():
+        return []
+    cell = datasets(read_metrics(root)).get(record["dataset"], {}).get(record["family"], {})
+    if cell.get("test_mean") != record["test_mean"] or cell.get("n_seeds") != record["n_seeds"]:
+        return []
+    return [Mark(m["mark"], m["detail"]) for m in cell.get("marks", []) if m["mark"] == NO_BETTER_THAN_TRIVIAL]
+
+
+def _refusal(record: dict[str, Any], force: bool, reported: list[Mark]) -> tuple[str | None, str]:
     """(why the candidate is refused, or None; a note for the reason). A candidate that is not
-    converged (†) or whose search mostly failed (§) is refused unless forced: its score says more
-    about the budget, or about the few trials that survived, than about the family."""
-    marks = [m for m in (not_converged(record), mostly_failed(record.get("n_trials", 0), record.get("n_failed", 0)))
-             if m is not None]
+    converged (†), whose search mostly failed (§) or that the report found no better than the
+    trivial baseline (∅, in `reported`) is refused unless forced: its score says more about the
+    budget, or about the few trials that survived, than about the family."""
+    marks = [m for m in (not_converged(record), mostly_failed(record.get("n_trials", 0), record.get("n_failed", 0)),
+                         *reported) if m is not None]
     if not marks:
         return None, ""
     what = "; ".join(f"{m.mark.replace('_', ' ')} ({m.detail})" for m in marks)
@@ -215,7 +232,8 @@ def promote_dataset(root: Path, dataset: str, families: list[str], p: PromotePar
     same = current is not None and current.tags.get("model_uri") == record["model_uri"]
     better, why = (False, "the candidate is already the champion") if same else judge(
         record, dict(current.tags) if current is not None else None, p)
-    refused, note = (None, "") if same else _refusal(record, force)  # a champion already is what it is
+    # a champion already is what it is: only a new candidate is judged
+    refused, note = (None, "") if same else _refusal(record, force, reported_marks(root, record))
     asked = family is not None or force
     moved = not same and (better or asked) and not dry_run and refused is None
     decision = {"dataset": dataset, "registered_model": name, "candidate_family": chosen,

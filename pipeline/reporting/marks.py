@@ -34,6 +34,9 @@
                    causal variant, which runs as published: CDR-NDE-heat's Laplacian, for one;
                    issue 30). Its detail starts "reads later steps: not comparable on next-step
                    prediction"; the paper's figure beside the cell carries the same symbol.
+    no_better_than_trivial  the cell's test scores are not shown better than the trivial baseline
+                   under its table (a one-sided t-test at p < TRIVIAL_ALPHA: pipeline.reporting.trivial,
+                   which sets it; it needs the processed data, which these records do not hold).
 
 Every function takes the plain final / search records (see the record contracts in final.py and
 search.py) and returns `Mark`s; the report, `ctsweep status` and `promote` all use these.
@@ -52,6 +55,7 @@ from pipeline.training.budget import MIN_STEPS  # optimiser steps: a seed that t
 
 NOT_CONVERGED, EDGE, MOSTLY_FAILED, FAILED = "not_converged", "edge", "mostly_failed", "failed"
 NOT_CAUSAL = "not_causal"
+NO_BETTER_THAN_TRIVIAL = "no_better_than_trivial"
 LATER_STEPS = "reads later steps: not comparable on next-step prediction"  # the not_causal detail's start
 BUDGET_STOPS = ("max_epochs", "time_limit")  # a seed stopped by `patience` has converged by definition
 LEGACY_STOP = "max_epochs"  # records written before seeds carried `stop` trained every epoch
@@ -67,9 +71,10 @@ NOISE_K = 2.0
 EDGE_FRACTION = 0.05  # outer share of a searched range, at each end, that counts as its edge
 MIN_INT_VALUES = 5  # an integer range with fewer values is a handful of choices, like a categorical
 FAILED_SHARE = 0.5  # more failed trials than this share marks the search as mostly failed
+TRIVIAL_ALPHA = 0.05  # the one-sided test against the trivial baseline (pipeline.reporting.trivial)
 
 # a failed cell prints "failed" instead
-SYMBOLS = {NOT_CONVERGED: "†", EDGE: "‡", MOSTLY_FAILED: "§", NOT_CAUSAL: "¶"}
+SYMBOLS = {NOT_CONVERGED: "†", EDGE: "‡", MOSTLY_FAILED: "§", NOT_CAUSAL: "¶", NO_BETTER_THAN_TRIVIAL: "∅"}
 RULES = {
     NOT_CONVERGED: (f"not converged: more than half of the final seeds trained fewer than {MIN_STEPS} optimiser "
                     f"steps, or stopped while their training or validation loss was still falling (their last "
@@ -86,6 +91,10 @@ RULES = {
     NOT_CAUSAL: ("not causal: on this per-step task the family's output at a step reads inputs after that step, "
                  "where a later input can be the step's target (walker2d's is the next input), so neither its "
                  "score nor the paper's figure beside it (same mark) compares with causal families'"),
+    NO_BETTER_THAN_TRIVIAL: ("no better than trivial: a one-sided one-sample t-test of the test scores (per seed; per "
+                             "search repeat where there are repeats) does not find them better than the trivial "
+                             f"baseline's test score under the table at p < {TRIVIAL_ALPHA:g} (a single score cannot "
+                             "be tested)"),
 }
 
 

@@ -2,16 +2,22 @@
 
     reports/results.md             per dataset: test / validation mean ± std over seeds, the paper's
                                    figure, Welch's t-test against the best family, parameters,
-                                   s / epoch, trials (failed); learning-rate robustness; fANOVA
+                                   s / epoch, trials (failed), the search's gain over the reference
+                                   configuration (pipeline.reporting.search_gain), and rows of the
+                                   trivial baselines
+                                   (pipeline.reporting.trivial); learning-rate robustness; fANOVA
                                    importances; the papers cited; provenance (commit, dvc.lock, params,
                                    and a dataset's data where it is not as published: unverified copy)
     reports/metrics.json           dataset -> family -> {val_mean, val_std, test_mean, test_std, n_seeds,
                                    metric, n_parameters, n_trials, n_failed, n_repeats, repeat_val_std,
-                                   repeat_test_std, best, p_vs_best,
+                                   repeat_test_std, best, p_vs_best, p_vs_trivial (one-sided),
+                                   search_gain (and search_gain_note where it is None),
                                    status: "ok", marks: [{mark, detail}]}; a family whose every search
                                    trial failed: {dataset, family, metric, n_trials, n_failed, errors,
                                    status: "failed", marks}; `ctsweep status` and `compare` read it,
-                                   promote reruns when it changes; DVC does not read it as metrics
+                                   promote reruns when it changes; DVC does not read it as metrics;
+                                   "_baselines": dataset -> {trivial: [{name, detail, val, test}],
+                                   baseline: the name cells must beat} or {not_computed: why}
     reports/metrics/<dataset>/<family>.json   the DVC metrics: the cell's numbers only, one file (one
                                    row of `dvc metrics show`) per cell (pipeline.reporting.dvc_metrics)
     reports/curves/<dataset>.csv   validation metric per epoch, mean (± std) over seeds; a row per
@@ -57,7 +63,7 @@ from mlflow.exceptions import MlflowException
 from pipeline.stores import tracking
 from pipeline.stores.files import write_json, write_text
 from pipeline.stores.paths import reports_dir
-from pipeline.reporting import cross_dataset, cross_plots, html_report, plots
+from pipeline.reporting import cross_dataset, cross_plots, html_report, plots, trivial
 from pipeline.reporting.cross_dataset import Comparison, Refusal
 from pipeline.reporting.cross_tables import across_lines, published_lines
 from pipeline.reporting.dvc_metrics import drop_stale, write_cells
@@ -65,7 +71,9 @@ from pipeline.reporting.marks import Mark, cell_marks, is_failed
 from pipeline.reporting.provenance import data_notes, stamp
 from pipeline.reporting.records import collect, read_search, split
 from pipeline.reporting.references import References, load_references
-from pipeline.reporting.tables import (data_lines, provenance_lines, references_lines, results_table,
+from pipeline.reporting.search_gain import Gain, search_gain
+from pipeline.reporting.status import BASELINES
+from pipeline.reporting.tables import (data_lines, provenance_lines, references_lines, repeated, results_table,
                                        robustness_lines, sensitivity_lines, welch_vs_best)
 from pipeline.stores.schema import FINAL_FOR_REPORT
 from pipeline.stores.staging import staged
@@ -147,10 +155,12 @@ def _plot_csv(rows: list[dict[str, Any]], columns: list[str], metric: str) -> st
     return _csv([{**{c: row[c] for c in columns}, name: row["val_metric"]} for row in rows], [*columns, name])
 
 
-def _metrics(results: dict[str, dict[str, Any]], best: str | None,
-             marks: dict[str, list[Mark]]) -> dict[str, dict[str, Any]]:
-    """metrics.json of one dataset: scores, status and marks per family; a failed family only
-    says who it is, its trial counts and its errors."""
+def _metrics(results: dict[str, dict[str, Any]], best: str | None, marks: dict[str, list[Mark]],
+             vs_trivial: dict[str, float], searches: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """metrics.json of one dataset: scores, status and marks per family, the one-sided p-value
+    against the trivial baseline (`p_vs_trivial`, None where not computed) and the search's gain
+    over the reference configuration (`search_gain`, None with `search_gain_note` saying why); a
+    failed family only says who it is, its trial counts and its errors."""
     ok, _ = split(results)
     tests = welch_vs_best(ok, best) if best is not None else {}
     out = {}
@@ -163,8 +173,24 @@ def _metrics(results: dict[str, dict[str, Any]], best: str | None,
         out[f] = {**{k: r[RECORD_KEYS.get(k, k)] for k in METRIC_KEYS},
                   **{k: r.get(k, v) for k, v in REPEAT_DEFAULTS.items()},
                   "val_loss_mean": r.get("val_loss_mean"), "status": "ok", "marks": shown, "best": f == best,
-                  "p_vs_best": None if math.isnan(p) else round(p, 6)}
+                  "p_vs_best": None if math.isnan(p) else round(p, 6), "p_vs_trivial": _rounded(vs_trivial.get(f)),
+                  **_gain_json(search_gain(searches.get(f), r["mode"]))}
     return out
+
+
+def _gain_json(gain: Gain) -> dict[str, Any]:
+    if gain.value is None:
+        return {"search_gain": None, "search_gain_note": gain.why_not}
+    return {"search_gain": round(gain.value, 6)}
+
+
+def _mode(results: dict[str, dict[str, Any]]) -> str:
+    """A dataset's metric mode ("max" or "min"), which every record of it shares, failed ones too."""
+    return next(iter(results.values()))["mode"]
+
+
+def _rounded(p: float | None) -> float | None:
+    return None if p is None or math.isnan(p) else round(p, 6)
 
 
 def _paper_points(refs: References, dataset: str, results: dict[str, dict[str, Any]]) -> dict[str, float]:
@@ -195,25 +221,32 @@ def _write_dataset(out: Path, dataset: str, results: dict[str, dict[str, Any]],
 
 def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dict[str, dict[str, dict[str, Any]]],
                      marks: dict[str, dict[str, list[Mark]]], refs: References, provenance: dict[str, Any],
-                     images: str = "plots/", across: Comparison | Refusal | None = None) -> str:
+                     images: str = "plots/", across: Comparison | Refusal | None = None,
+                     baselines: dict[str, list[trivial.Trivial] | str] | None = None) -> str:
     """results.md. A failed family shows as "failed" in its table with its reasons beneath; the
     plots, statistics, robustness and importance sections cover the families that have scores.
     images: the folder the PNGs are linked in, relative to the report ("" for MLflow's copy);
-    across: the comparison across datasets (pipeline.reporting.cross_dataset.compare)."""
+    across: the comparison across datasets (pipeline.reporting.cross_dataset.compare);
+    baselines: dataset -> its trivial baselines, or why there are none (trivial.dataset_baselines)."""
+    baselines = baselines or {}
     commit = provenance["commit"]
     lines = ["# Results", "",
              f"Produced by `ctsweep report` at git commit `{commit[:12]}{commit[40:]}` (full provenance at the end).",
              "Mean ± sample standard deviation over the final seeds. The best family per dataset (chosen on",
              "validation only) is in bold; every other family's test difference to it comes with the two-sided",
-             "p-value of Welch's t-test on the per-seed test scores (* p < 0.05). Accuracy in %. Marks after",
-             "a family's name (†, ‡, §, ¶) say where a result cannot be trusted; the footnotes under each table",
-             "say why.", ""]
+             "p-value of Welch's t-test on the per-seed test scores (* p < 0.05). Accuracy in %. The rows in",
+             "italics are trivial baselines, which ignore the inputs. Marks after a family's name (†, ‡, §, ¶, ∅)",
+             "say where a result cannot be trusted; the footnotes under each table say why.", ""]
     cited: dict[str, int] = {}
     bests: dict[str, str | None] = {}
     for dataset, results in finals.items():
         ok, _ = split(results)
         best = bests[dataset] = best_family(ok)
-        lines += results_table(dataset, results, best, refs, cited, marks[dataset])
+        found, mode, metric = baselines.get(dataset, []), _mode(results), next(iter(results.values()))["metric"]
+        gains = {f: search_gain(searches[dataset].get(f), mode) for f in searches.get(dataset, {})}
+        lines += results_table(dataset, results, best, refs, cited, marks[dataset],
+                               lambda columns: trivial.trivial_rows(found, mode, metric, columns), gains)
+        lines += trivial.trivial_note(found) if dataset in baselines else []
         lines += data_lines(provenance.get("data", {}).get(dataset))
         if best is None:
             continue
@@ -282,6 +315,13 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
                   "data": data_notes(finals)}
     searches = {d: {f: read_search(root, d, f) for f in split(finals[d])[0]} for d in datasets}
     marks = {d: {f: cell_marks(r, searches[d].get(f)) for f, r in res.items()} for d, res in finals.items()}
+    baselines = {d: trivial.dataset_baselines(root, d) for d in datasets}
+    vs_trivial = {}
+    for d, res in finals.items():
+        ok, _ = split(res)
+        found, vs_trivial[d] = trivial.judge(ok, baselines[d], repeated(ok))
+        for f, mark in found.items():
+            marks[d][f].append(mark)  # the last of RULES: the marks stay in its order
     refs = load_references(root)
     across = cross_dataset.compare(finals, cross_dataset.dataset_tasks(root, datasets))
     if isinstance(across, Refusal) and across.warn:  # once here: results_markdown runs twice
@@ -292,13 +332,15 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
         for dataset, results in finals.items():
             ok, _ = split(results)
             best = best_family(ok)
-            metrics[dataset] = _metrics(results, best, marks[dataset])
+            metrics[dataset] = _metrics(results, best, marks[dataset], vs_trivial[dataset], searches[dataset])
             written = _write_dataset(stage, dataset, ok, searches[dataset], best, refs) if best is not None else []
             pngs[dataset] = [out / p.relative_to(stage) for p in written]
         if across is not None:  # after the datasets, under a key no dataset can have
             metrics[cross_dataset.METRICS_KEY] = cross_dataset.as_json(across)
+        metrics[BASELINES] = {d: trivial.as_json(baselines[d], _mode(finals[d])) for d in finals}
         drawn = [out / p.relative_to(stage) for p in cross_plots.write_outputs(stage, across)]
-        write_text(stage / "results.md", results_markdown(finals, searches, marks, refs, provenance, across=across))
+        write_text(stage / "results.md", results_markdown(finals, searches, marks, refs, provenance, across=across,
+                                                          baselines=baselines))
         write_json(stage / "metrics.json", metrics)
         cells = write_cells(stage, metrics)
     drop_stale(out, cells)
@@ -306,7 +348,8 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
     for dataset in (d for d, files in pngs.items() if not files):
         _drop_plots(out, dataset)
     plots.write_dvc_templates(root)
-    log_to_mlflow(root, finals, results_markdown(finals, searches, marks, refs, provenance, images="", across=across),
+    log_to_mlflow(root, finals, results_markdown(finals, searches, marks, refs, provenance, images="", across=across,
+                                                 baselines=baselines),
                   [p for files in pngs.values() for p in files] + drawn)
     return metrics
 

@@ -6,7 +6,8 @@
 The exit status says whether the pipeline produced a result for every cell: 1 when a cell
 failed, 0 otherwise (marks alone are warnings). metrics.json files written before cells had a
 status count as ok and unmarked. Its ACROSS_DATASETS entry (the comparison across datasets,
-pipeline.reporting.cross_dataset) is no dataset: every reader of the cells skips it (`datasets`).
+pipeline.reporting.cross_dataset) and its BASELINES entry (the trivial baselines) are no dataset:
+every reader of the cells skips them (`datasets`).
 """
 
 from __future__ import annotations
@@ -16,20 +17,22 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.stores.paths import reports_dir, require
-from pipeline.reporting.marks import FAILED, NOT_CONVERGED
+from pipeline.reporting.marks import FAILED, NO_BETTER_THAN_TRIVIAL, NOT_CONVERGED
 from pipeline.stores.schema import ListOf, MapOf, OneOf, read_record
 
 PRODUCER = "ctsweep report"
 # metrics.json's entry for the comparison across datasets. A dataset name starts with a letter
 # (pipeline.names), so a key starting with "_" can never be a dataset's.
 ACROSS_DATASETS = "_across_datasets"
-METRICS_SPEC = {f"{ACROSS_DATASETS}?": dict,
+BASELINES = "_baselines"  # dataset -> its trivial baselines (pipeline.reporting.trivial)
+METRICS_SPEC = {f"{ACROSS_DATASETS}?": dict, f"{BASELINES}?": MapOf(dict),
                 "*": MapOf({"status?": OneOf("ok", "failed"), "marks?": ListOf({"mark": str, "detail": str})})}
 
 
 def datasets(metrics: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
-    """metrics.json's datasets (dataset -> family -> cell), without the ACROSS_DATASETS entry."""
-    return {d: fams for d, fams in metrics.items() if d != ACROSS_DATASETS}
+    """metrics.json's datasets (dataset -> family -> cell), without the entries that are no dataset
+    (ACROSS_DATASETS, BASELINES: their keys start with "_")."""
+    return {d: fams for d, fams in metrics.items() if not d.startswith("_")}
 
 
 @dataclass(frozen=True)
@@ -66,11 +69,13 @@ def cell_line(cell: Cell) -> str:
 
 
 def summary(found: list[Cell], prog: str) -> str | None:
-    """"<prog>: 1 cell failed (xor/a), 1 not converged (xor/b)", or None when no cell failed or is
-    not converged (the report's last line; other marks are in its footnotes)."""
-    groups = [(what, names) for what, names in (("failed", [c.name for c in found if c.failed]),
-                                                 ("not converged", [c.name for c in found if c.has(NOT_CONVERGED)]))
-              if names]
+    """"<prog>: 1 cell failed (xor/a), 1 not converged (xor/b), 1 no better than trivial (xor/c)",
+    or None when no cell failed, is not converged or is no better than trivial (the report's last
+    line; other marks are in its footnotes)."""
+    groups = [(what, names) for what, names in (
+        ("failed", [c.name for c in found if c.failed]),
+        ("not converged", [c.name for c in found if c.has(NOT_CONVERGED)]),
+        ("no better than trivial", [c.name for c in found if c.has(NO_BETTER_THAN_TRIVIAL)])) if names]
     parts = [f"{len(names)}{'' if i else ' cell' + 's' * (len(names) > 1)} {what} ({', '.join(names)})"
              for i, (what, names) in enumerate(groups)]
     return f"{prog}: " + ", ".join(parts) if parts else None

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Callable
 
 from pipeline.reporting.numbers import fmt, signed
 from pipeline.reporting.paper_column import paper_cell, split_figures, unrun_lines
 from pipeline.reporting.marks import FAILED, NOT_CAUSAL, RULES, SYMBOLS, Mark, is_failed
 from pipeline.reporting.references import Figure, References
+from pipeline.reporting.search_gain import Gain
 from pipeline.reporting.stats import Welch, kendall_tau, ranking, welch
 
 ALPHA = 0.05  # "significantly different" in the table's wording
@@ -59,10 +60,14 @@ def versus_best(w: Welch | None, metric: str) -> str:
 
 
 def results_table(dataset: str, finals: dict[str, dict[str, Any]], best: str | None, refs: References,
-                  cited: dict[str, int], marks: dict[str, list[Mark]] | None = None) -> list[str]:
+                  cited: dict[str, int], marks: dict[str, list[Mark]] | None = None,
+                  baseline_rows: Callable[[int], list[str]] | None = None,
+                  gains: dict[str, Gain] | None = None) -> list[str]:
     """One dataset's table and its footnotes; `cited` (source key -> footnote number) grows with the
-    papers cited. `best`: None when every family failed. `marks`: family -> its marks."""
-    marks = marks or {}
+    papers cited. `best`: None when every family failed. `marks`: family -> its marks.
+    `baseline_rows(columns)`: the rows under the families' (the trivial baselines: trivial.py).
+    `gains`: family -> its search's gain over the reference configuration (search_gain.py)."""
+    marks, gains = marks or {}, gains or {}
     metric = (finals[best] if best is not None else next(iter(finals.values())))["metric"]
     ok = {f: r for f, r in finals.items() if not is_failed(r)}
     tests = welch_vs_best(ok, best) if best is not None else {}
@@ -73,8 +78,8 @@ def results_table(dataset: str, finals: dict[str, dict[str, Any]], best: str | N
     welch_label = "Welch over repeats" if by_repeat else "Welch"
     lines = [f"## {dataset} ({metric}{', %' if metric == 'accuracy' else ''})", "",
              f"| family | test | validation | paper (test) | Δ test vs best ({welch_label}) | seeds |{extra} parameters "
-             "| s / epoch | trials (failed) |",
-             f"|---|---|---|---|---|---|{extra_rule}---|---|---|"]
+             "| s / epoch | trials (failed) | search gain (val) |",
+             f"|---|---|---|---|---|---|{extra_rule}---|---|---|---|"]
     unrun: dict[str, list[Figure]] = {}  # paper rows of a variant we did not run: under the table
     for family, r in finals.items():
         symbols = "".join(SYMBOLS[m.mark] for m in marks.get(family, []) if m.mark in SYMBOLS)
@@ -86,13 +91,15 @@ def results_table(dataset: str, finals: dict[str, dict[str, Any]], best: str | N
         if is_failed(r):
             trials = f"{r['n_trials']} ({r['n_failed']})"
             lines.append(f"| {name} | failed | failed | {paper} | — | 0 |{' — |' if by_repeat else ''} — | — "
-                         f"| {trials} |")
+                         f"| {trials} | — |")
             continue
         spread = f" ± {fmt(r.get('repeat_test_std', 0.0), None, metric)} ({r.get('n_repeats', 1)}) |" if by_repeat else ""
         lines.append(f"| {name} | {fmt(r['test_mean'], r['test_std'], metric)} | "
                      f"{fmt(r['val_mean'], r['val_std'], metric)} | {paper} | "
                      f"{versus_best(tests[family], metric)} | {r['n_seeds']} |{spread} {r['params']:,} | "
-                     f"{r['seconds_per_epoch']:.2f} | {r['n_trials']} ({r['n_failed']}) |")
+                     f"{r['seconds_per_epoch']:.2f} | {r['n_trials']} ({r['n_failed']}) | "
+                     f"{gains[family].cell(metric) if family in gains else '—'} |")
+    lines += baseline_rows(11 if by_repeat else 10) if baseline_rows else []
     configs = {f: r.get("model_config", r.get("config", {})) for f, r in finals.items() if not is_failed(r)}
     return lines + [""] + tie_lines(finals, best) + footnotes(marks) + unrun_lines(unrun, cited, configs)
 
