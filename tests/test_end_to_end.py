@@ -164,7 +164,7 @@ def test_outputs_and_tables(repro: tuple[Path, str]) -> None:
     assert all(f in table for f in FAMILIES) and "±" in table and "(best)" in table
     for section in ("Learning-rate robustness", "Hyperparameter importance", "## Provenance", "`prepare@"):
         assert section in table
-    for kind in ("curves", "lr", "test"):
+    for kind in ("curves", "lr", "test", "trials"):
         assert (root / "reports" / "plots" / f"{DATASET}_{kind}.png").stat().st_size > 1000
 
 
@@ -172,7 +172,8 @@ def test_dvc_plots_show_the_pngs_and_the_data(repro: tuple[Path, str]) -> None:
     root, _ = repro
     shown = json.loads(_run(root, "dvc", "plots", "show", "--json"))
     names = set(shown.get("data", shown))
-    for name in (f"reports/plots/{DATASET}_test.png", f"reports/bars/{DATASET}.csv", f"reports/lr/{DATASET}.csv"):
+    for name in (f"reports/plots/{DATASET}_test.png", f"reports/bars/{DATASET}.csv", f"reports/lr/{DATASET}.csv",
+                 f"reports/trials/{DATASET}.csv"):
         assert any(name in n for n in names), (name, sorted(names))
 
 

@@ -40,7 +40,8 @@ def _final(family: str, vals: list[float], tests: list[float], lr: float = 1e-3,
 
 
 def _search(lrs: list[float], importance: dict | None = None) -> dict:
-    return {"trials": [{"config": {"lr": lr}, "best_val": 0.5} for lr in lrs] + [{"config": {"lr": 1}, "best_val": None}],
+    return {"trials": [{"config": {"lr": lr}, "best_val": 0.5, "status": "ok"} for lr in lrs]
+            + [{"config": {"lr": 1}, "best_val": None, "status": "error"}],
             "optuna_study": "d/x/abc", "importance": importance}
 
 

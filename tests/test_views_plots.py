@@ -106,9 +106,21 @@ def test_the_learning_rate_scatter_is_coloured_by_family_with_search_and_final_a
     assert finals[:2] == [("a", "0.5", pytest.approx(5e-4)), ("a", "1", pytest.approx(1e-3))]
 
 
+def test_the_trials_chart_draws_every_family_s_expected_best_over_n_trials(shown: tuple[Path, dict]) -> None:
+    _, data = shown
+    spec = _vega(data, "reports/trials/d.csv")
+    rows = spec["data"]["values"]
+    assert {(r["family"], int(r["n"])) for r in rows} == {(f, n) for f in FAMILIES for n in (1, 2, 3)}  # 3 trials ok
+    enc = _encodings(spec)
+    assert spec["encoding"]["color"]["field"] == "family" and enc["x"]["field"] == "n"
+    assert enc["y"]["field"] == enc["y"]["title"] == "expected best validation accuracy"
+    band = spec["layer"][0]["encoding"]  # the bootstrap band
+    assert (band["y"]["field"], band["y2"]["field"]) == ("low", "high")
+
+
 def test_the_pngs_and_the_bars_stay_and_the_templates_come_from_the_report(shown: tuple[Path, dict]) -> None:
     root, data = shown
-    for kind in ("curves", "lr", "test"):
+    for kind in ("curves", "lr", "test", "trials"):
         [image] = data[f"reports/plots/d_{kind}.png"]
         assert image["type"] == "image"
     assert {r["family"] for r in _vega(data, "reports/bars/d.csv")["data"]["values"]} == set(FAMILIES)

@@ -10,7 +10,8 @@ stand under every table: trivial.py), each search's gain over its reference conf
 and `ctsweep compare`, which names the first difference between two project roots' results
 (compare.py). `promote` uses the same marks to refuse a candidate.
 
-Imports: errors, stores, config, data, training (budget.MIN_STEPS, the step floor the not-converged rule shares
-with training; metrics.score, which scores the trivial baselines as trials are scored; data.contract, the
-processed splits the trivial baselines read).
+Imports: errors, stores, config, data, training, sweep (budget.MIN_STEPS, the step floor the not-converged rule
+shares with training; metrics.score, which scores the trivial baselines as trials are scored; data.contract,
+the processed splits the trivial baselines read; sensitivity.MIN_TRIALS, the fewest trials an importance is
+shown from).
 """

@@ -15,7 +15,8 @@ cell, and adds a row per cell instead:
 DVC reads numbers, shows strings and booleans as text and drops lists and nulls (with no more than
 a debug line), so every value here is a number: `best` is 1 for the family chosen on validation,
 else 0; `n_marks` counts the cell's marks (pipeline.reporting.marks: not converged, edge, mostly
-failed, not causal, failed), whose names and reasons are in reports/metrics.json, results.md and
+failed, not causal, search not saturated, no better than trivial, failed), whose names and
+reasons are in reports/metrics.json, results.md and
 `ctsweep status`; `n_parameters` is the model's parameter count (DVC's "params" are params.yaml's
 keys). A failed cell has no scores: `n_seeds` 0 and its `failed` mark. The p-values, trial counts,
 repeats and validation losses stay in reports/metrics.json, which DVC does not read.

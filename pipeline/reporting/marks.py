@@ -34,6 +34,9 @@
                    causal variant, which runs as published: CDR-NDE-heat's Laplacian, for one;
                    issue 30). Its detail starts "reads later steps: not comparable on next-step
                    prediction"; the paper's figure beside the cell carries the same symbol.
+    search_not_saturated  the search's expected best validation score over its trials still rose
+                   by more than SATURATION_SHARE between half its trials and all of them
+                   (pipeline.reporting.show_your_work, which sets it from the search record).
     no_better_than_trivial  the cell's test scores are not shown better than the trivial baseline
                    under its table (a one-sided t-test at p < TRIVIAL_ALPHA: pipeline.reporting.trivial,
                    which sets it; it needs the processed data, which these records do not hold).
@@ -55,6 +58,7 @@ from pipeline.training.budget import MIN_STEPS  # optimiser steps: a seed that t
 
 NOT_CONVERGED, EDGE, MOSTLY_FAILED, FAILED = "not_converged", "edge", "mostly_failed", "failed"
 NOT_CAUSAL = "not_causal"
+NOT_SATURATED = "search_not_saturated"
 NO_BETTER_THAN_TRIVIAL = "no_better_than_trivial"
 LATER_STEPS = "reads later steps: not comparable on next-step prediction"  # the not_causal detail's start
 BUDGET_STOPS = ("max_epochs", "time_limit")  # a seed stopped by `patience` has converged by definition
@@ -72,9 +76,13 @@ EDGE_FRACTION = 0.05  # outer share of a searched range, at each end, that count
 MIN_INT_VALUES = 5  # an integer range with fewer values is a handful of choices, like a categorical
 FAILED_SHARE = 0.5  # more failed trials than this share marks the search as mostly failed
 TRIVIAL_ALPHA = 0.05  # the one-sided test against the trivial baseline (pipeline.reporting.trivial)
+# A search whose expected best (pipeline.reporting.show_your_work) still rose by more than this share of
+# its value from half its trials to all of them is not saturated.
+SATURATION_SHARE = 0.01
 
 # a failed cell prints "failed" instead
-SYMBOLS = {NOT_CONVERGED: "†", EDGE: "‡", MOSTLY_FAILED: "§", NOT_CAUSAL: "¶", NO_BETTER_THAN_TRIVIAL: "∅"}
+SYMBOLS = {NOT_CONVERGED: "†", EDGE: "‡", MOSTLY_FAILED: "§", NOT_CAUSAL: "¶", NOT_SATURATED: "↑",
+           NO_BETTER_THAN_TRIVIAL: "∅"}
 RULES = {
     NOT_CONVERGED: (f"not converged: more than half of the final seeds trained fewer than {MIN_STEPS} optimiser "
                     f"steps, or stopped while their training or validation loss was still falling (their last "
@@ -91,6 +99,9 @@ RULES = {
     NOT_CAUSAL: ("not causal: on this per-step task the family's output at a step reads inputs after that step, "
                  "where a later input can be the step's target (walker2d's is the next input), so neither its "
                  "score nor the paper's figure beside it (same mark) compares with causal families'"),
+    NOT_SATURATED: (f"search not saturated: the expected best validation score of the search (Dodge et al. 2019, "
+                    f"over its completed trials) rose by more than {SATURATION_SHARE:.0%} of its value from half "
+                    f"the trials to all of them, so more trials would likely have found a better configuration"),
     NO_BETTER_THAN_TRIVIAL: ("no better than trivial: a one-sided one-sample t-test of the test scores (per seed; per "
                              "search repeat where there are repeats) does not find them better than the trivial "
                              f"baseline's test score under the table at p < {TRIVIAL_ALPHA:g} (a single score cannot "

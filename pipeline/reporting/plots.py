@@ -6,6 +6,8 @@ the Vega-Lite templates `dvc plots show` draws the same data with.
                            search trial (dots) and the final reruns at lr x factors (mean ± std)
     <dataset>_test.png     test mean ± std per family, the best family highlighted, paper figures
                            as black diamonds where a source reports one
+    <dataset>_trials.png   expected best validation score over n search trials per family, with
+                           its bootstrap band (pipeline.reporting.show_your_work)
     cross_dataset_cd.png   mean ranks across datasets (pipeline.reporting.cross_plots)
 
 DVC's built-in templates colour by revision only, so a family (a value in a column of the
@@ -100,6 +102,25 @@ def plot_curves(path: Path, dataset: str, finals: dict[str, dict[str, Any]], met
     save_figure(fig, path)
 
 
+def plot_trials(path: Path, dataset: str, curves: dict[str, list[dict[str, float]]], metric: str) -> None:
+    """curves: family -> rows {n, expected, low, high} of its expected best validation score over
+    n search trials with a bootstrap band (pipeline.reporting.show_your_work)."""
+    k = SCALE.get(metric, 1.0)
+    fig, ax = plt.subplots(figsize=(6.5, 4), layout="constrained")
+    for family, rows in curves.items():
+        if not rows:
+            continue
+        n = [r["n"] for r in rows]
+        ax.plot(n, [k * r["expected"] for r in rows], marker="o", markersize=4, label=family)
+        ax.fill_between(n, [k * r["low"] for r in rows], [k * r["high"] for r in rows], alpha=0.15)
+    ax.set(title=fitted_title(dataset, "expected best validation score over n search trials", 6.5),
+           xlabel="search trials (n)", ylabel=f"expected best validation {_label(metric)}")
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(nbins=8, steps=[1, 2, 5, 10], integer=True))
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    save_figure(fig, path)
+
+
 def plot_lr(path: Path, dataset: str, trials: list[dict[str, Any]], finals: dict[str, dict[str, Any]],
             metric: str) -> None:
     """trials: {family, lr, val_metric} per successful search trial; finals: family -> final record."""
@@ -180,6 +201,9 @@ DVC_TEMPLATES: dict[str, dict[str, Any]] = {
                                                  "legend": {"symbolType": "stroke"}}}},
         ],
     },
+    # expected best validation score over n search trials (show_your_work): the curves' drawing,
+    # its band from the bootstrap's percentiles
+    "ctsweep_trials": {},
     # validation metric against learning rate: a colour per family, search trials as small
     # circles and the final seeds' means (at lr x each factor) as large diamonds
     "ctsweep_lr": {
@@ -199,6 +223,10 @@ DVC_TEMPLATES: dict[str, dict[str, Any]] = {
         },
     },
 }
+
+
+DVC_TEMPLATES["ctsweep_trials"] = json.loads(json.dumps(DVC_TEMPLATES["ctsweep_curves"])
+                                             .replace('"mean_minus_std"', '"low"').replace('"mean_plus_std"', '"high"'))
 
 
 def write_dvc_templates(root: Path) -> list[Path]:

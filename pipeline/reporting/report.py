@@ -27,13 +27,17 @@
                                    and final rerun: family, stage (search | final), lr_factor
                                    (final only), lr, validation <metric>              (DVC plots)
     reports/bars/<dataset>.csv     test mean ± std per family                        (DVC plots)
+    reports/trials/<dataset>.csv   expected best validation metric over n search trials with its
+                                   bootstrap band (pipeline.reporting.show_your_work); a row per
+                                   family and n: family, n, low, high, expected best validation
+                                   <metric>                                           (DVC plots)
     reports/plots/*.png            the same as pictures (pipeline.reporting.plots)
     with two or more datasets      results.md's "Across datasets" section: mean ranks, win / tie / loss
                                    against the best, Wilcoxon-Holm p-values (pipeline.reporting.cross_dataset),
                                    reports/plots/cross_dataset_cd.png, and metrics.json's "_across_datasets"
                                    (a key no dataset can have); reports/ranks.csv (family, mean_rank; DVC plots)
                                    is always written, only its header when nothing is compared
-    .dvc/plots/ctsweep_*.json      the templates dvc.yaml draws curves and lr with, colour by family
+    .dvc/plots/ctsweep_*.json      the templates dvc.yaml draws curves, trials and lr with, colour by family
                                    (pipeline.reporting.plots.DVC_TEMPLATES; only in a DVC project)
 
 The plot CSVs are long (a `family` column, no column per family) and end with the metric's
@@ -63,7 +67,7 @@ from mlflow.exceptions import MlflowException
 from pipeline.stores import tracking
 from pipeline.stores.files import write_json, write_text
 from pipeline.stores.paths import reports_dir
-from pipeline.reporting import cross_dataset, cross_plots, html_report, plots, trivial
+from pipeline.reporting import cross_dataset, cross_plots, html_report, plots, show_your_work, trivial
 from pipeline.reporting.cross_dataset import Comparison, Refusal
 from pipeline.reporting.cross_tables import across_lines, published_lines
 from pipeline.reporting.dvc_metrics import drop_stale, write_cells
@@ -119,6 +123,8 @@ def metric_column(metric: str) -> str:
 
 CURVE_COLUMNS = ["family", "epoch", "n_seeds", "mean_minus_std", "mean_plus_std"]  # then metric_column
 LR_COLUMNS = ["family", "stage", "lr_factor", "lr"]  # then metric_column
+TRIALS_COLUMNS = ["family", "n", "low", "high"]  # then "expected best " + metric_column
+PLOT_KINDS = ("curves", "lr", "test", "trials")  # reports/plots/<dataset>_<kind>.png
 
 
 def mean_curves(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -203,8 +209,10 @@ def _paper_points(refs: References, dataset: str, results: dict[str, dict[str, A
 
 
 def _write_dataset(out: Path, dataset: str, results: dict[str, dict[str, Any]],
-                   searches: dict[str, dict[str, Any]], best: str, refs: References) -> list[Path]:
-    """Plot data and PNGs of one dataset; returns the PNG paths."""
+                   searches: dict[str, dict[str, Any]], best: str, refs: References,
+                   trials: dict[str, list[dict[str, float]]]) -> list[Path]:
+    """Plot data and PNGs of one dataset; returns the PNG paths. trials: family -> its expected
+    best validation score over n search trials (show_your_work.curve)."""
     metric = results[best]["metric"]
     points = lr_points(searches, results)
     write_text(out / "curves" / f"{dataset}.csv", _plot_csv(mean_curves(results), CURVE_COLUMNS, metric))
@@ -212,10 +220,16 @@ def _write_dataset(out: Path, dataset: str, results: dict[str, dict[str, Any]],
     write_text(out / "bars" / f"{dataset}.csv",
                _csv([{"family": f, "test_mean": r["test_mean"], "test_std": r["test_std"]} for f, r in results.items()],
                     ["family", "test_mean", "test_std"]))
-    pngs = [out / "plots" / f"{dataset}_{kind}.png" for kind in ("curves", "lr", "test")]
+    name = f"expected best {metric_column(metric)}"
+    write_text(out / "trials" / f"{dataset}.csv",
+               _csv([{"family": f, "n": r["n"], "low": round(r["low"], 6), "high": round(r["high"], 6),
+                      name: round(r["expected"], 6)} for f, rows in trials.items() for r in rows],
+                    [*TRIALS_COLUMNS, name]))
+    pngs = [out / "plots" / f"{dataset}_{kind}.png" for kind in PLOT_KINDS]
     plots.plot_curves(pngs[0], dataset, results, metric)
     plots.plot_lr(pngs[1], dataset, [p for p in points if p["stage"] == "search"], results, metric)
     plots.plot_test_bars(pngs[2], dataset, results, best, metric, _paper_points(refs, dataset, results))
+    plots.plot_trials(pngs[3], dataset, trials, metric)
     return pngs
 
 
@@ -235,8 +249,8 @@ def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dic
              "Mean ± sample standard deviation over the final seeds. The best family per dataset (chosen on",
              "validation only) is in bold; every other family's test difference to it comes with the two-sided",
              "p-value of Welch's t-test on the per-seed test scores (* p < 0.05). Accuracy in %. The rows in",
-             "italics are trivial baselines, which ignore the inputs. Marks after a family's name (†, ‡, §, ¶, ∅)",
-             "say where a result cannot be trusted; the footnotes under each table say why.", ""]
+             "italics are trivial baselines, which ignore the inputs. Marks after a family's name",
+             "(†, ‡, §, ¶, ↑, ∅) say where a result cannot be trusted; the footnotes under each table say why.", ""]
     cited: dict[str, int] = {}
     bests: dict[str, str | None] = {}
     for dataset, results in finals.items():
@@ -251,7 +265,8 @@ def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dic
         if best is None:
             continue
         lines += [f"![{dataset} test]({images}{dataset}_test.png) ![{dataset} curves]({images}{dataset}_curves.png)",
-                  f"![{dataset} learning rate]({images}{dataset}_lr.png)", ""]
+                  f"![{dataset} learning rate]({images}{dataset}_lr.png) "
+                  f"![{dataset} expected best over search trials]({images}{dataset}_trials.png)", ""]
         lines += robustness_lines(ok, ok[best]["mode"], ok[best]["metric"])
         lines += sensitivity_lines(searches[dataset])
     lines += across_lines(across, images)
@@ -315,6 +330,13 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
                   "data": data_notes(finals)}
     searches = {d: {f: read_search(root, d, f) for f in split(finals[d])[0]} for d in datasets}
     marks = {d: {f: cell_marks(r, searches[d].get(f)) for f, r in res.items()} for d, res in finals.items()}
+    trials = {d: {f: show_your_work.curve(show_your_work.trial_scores(s), _mode(finals[d])) for f, s in found.items()}
+              for d, found in searches.items()}
+    for d, curves in trials.items():
+        metric = next(iter(finals[d].values()))["metric"]
+        for f, rows in curves.items():
+            mark = show_your_work.not_saturated(rows, _mode(finals[d]), metric)
+            marks[d][f] += [mark] if mark else []
     baselines = {d: trivial.dataset_baselines(root, d) for d in datasets}
     vs_trivial = {}
     for d, res in finals.items():
@@ -333,7 +355,8 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
             ok, _ = split(results)
             best = best_family(ok)
             metrics[dataset] = _metrics(results, best, marks[dataset], vs_trivial[dataset], searches[dataset])
-            written = _write_dataset(stage, dataset, ok, searches[dataset], best, refs) if best is not None else []
+            written = (_write_dataset(stage, dataset, ok, searches[dataset], best, refs, trials[dataset])
+                       if best is not None else [])
             pngs[dataset] = [out / p.relative_to(stage) for p in written]
         if across is not None:  # after the datasets, under a key no dataset can have
             metrics[cross_dataset.METRICS_KEY] = cross_dataset.as_json(across)
@@ -357,7 +380,7 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
 def _drop_plots(out: Path, dataset: str) -> None:
     """Remove an earlier report's plots of a dataset that has none now (every family failed):
     staging replaces files but never deletes one, and stale plots would contradict the table."""
-    for kind in ("curves", "lr", "bars"):
+    for kind in ("curves", "lr", "bars", "trials"):
         (out / kind / f"{dataset}.csv").unlink(missing_ok=True)
-    for kind in ("curves", "lr", "test"):
+    for kind in PLOT_KINDS:
         (out / "plots" / f"{dataset}_{kind}.png").unlink(missing_ok=True)

@@ -16,6 +16,7 @@ from pipeline.reporting.marks import FAILED, NOT_CAUSAL, RULES, SYMBOLS, Mark, i
 from pipeline.reporting.references import Figure, References
 from pipeline.reporting.search_gain import Gain
 from pipeline.reporting.stats import Welch, kendall_tau, ranking, welch
+from pipeline.sweep.sensitivity import MIN_TRIALS
 
 ALPHA = 0.05  # "significantly different" in the table's wording
 
@@ -169,10 +170,14 @@ def robustness_lines(finals: dict[str, dict[str, Any]], mode: str, metric: str) 
 
 
 def sensitivity_lines(searches: dict[str, dict[str, Any]]) -> list[str]:
-    """Per family, fANOVA importances of the search's hyperparameters (largest first)."""
+    """Per family, fANOVA importances of the search's hyperparameters (largest first), shown only
+    from MIN_TRIALS trials of their basis (pipeline.sweep.sensitivity: fewer rank noise); records
+    computed with a lower floor get the same rule here."""
     lines = ["**Hyperparameter importance** (Optuna fANOVA on each search's persisted study; "
              "`complete`: final validation metric of the trials that ran every epoch, `epoch g`: "
-             "the metric every trial reached at ASHA's first rung):", "",
+             "the metric every trial reached at ASHA's first rung; shown from "
+             f"{MIN_TRIALS} trials, below which fANOVA misranks a known important parameter in a synthetic check: "
+             "benchmarks/importance.py):", "",
              "| family | basis (trials) | importance | Optuna study |", "|---|---|---|---|"]
     for family, s in searches.items():
         imp = s.get("importance")
@@ -180,11 +185,13 @@ def sensitivity_lines(searches: dict[str, dict[str, Any]]) -> list[str]:
             lines.append(f"| {family} | — | not computed (search predates importances) | — |")
             continue
         bases = [(k, v) for k, v in imp.items() if k != "evaluator"]
-        usable = [(k, v) for k, v in bases if v["values"]]
+        usable = [(k, v) for k, v in bases if v["values"] and v["n_trials"] >= MIN_TRIALS]
         basis, chosen = (usable or bases)[0]
-        if chosen["values"]:
+        if chosen["values"] and chosen["n_trials"] >= MIN_TRIALS:
             top = sorted(chosen["values"].items(), key=lambda kv: -kv[1])[:4]
             text = ", ".join(f"{k} {v:.2f}" for k, v in top)
+        elif chosen["values"]:
+            text = f"not shown: {chosen['n_trials']} trials, at least {MIN_TRIALS} needed"
         else:
             text = f"not enough data: {chosen['reason']}"
         lines.append(f"| {family} | {basis} ({chosen['n_trials']}) | {text} | `{s.get('optuna_study', '—')}` |")
