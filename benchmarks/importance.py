@@ -1,6 +1,6 @@
 """How many trials fANOVA needs before its importances mean something: a synthetic check.
 
-    .venv/bin/python -m benchmarks.importance [--counts 3,4,6,8,10,12,16,20,30] [--resamples 20]
+    .venv/bin/python -m benchmarks.importance [--counts 3,4,6,8,10,12,13,14,15,16,20,30] [--resamples 20]
         [--out benchmarks/results]
 
 A synthetic search space shaped like a family's (six keys: a log-uniform learning rate, a
@@ -79,7 +79,7 @@ def minimum(table: dict[int, int]) -> int | None:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(prog="benchmarks.importance", description=__doc__.split("\n\n")[0])
-    p.add_argument("--counts", default="3,4,6,8,10,12,16,20,30")
+    p.add_argument("--counts", default="3,4,6,8,10,12,13,14,15,16,20,30")
     p.add_argument("--resamples", type=int, default=20)
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = p.parse_args(argv)

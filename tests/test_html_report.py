@@ -77,7 +77,7 @@ def test_the_final_runs_get_results_html_with_every_plot_inlined(project: Path, 
     client = MlflowClient(tracking.tracking_uri(project))
     plots = project / "reports" / "plots"
     pngs = {p.name: p.read_bytes() for p in plots.glob("d_*.png")}
-    assert sorted(pngs) == ["d_curves.png", "d_lr.png", "d_test.png"]
+    assert sorted(pngs) == ["d_curves.png", "d_lr.png", "d_test.png", "d_trials.png"]
     for run in runs.values():
         logged = {f.path for f in client.list_artifacts(run, "report")}
         assert {"report/results.md", "report/results.html"} | {f"report/{n}" for n in pngs} == logged

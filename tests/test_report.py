@@ -53,7 +53,7 @@ def project(tmp_path: Path) -> Path:
     _write(final_result_path(tmp_path, "d", "b"),
            _final("b", [0.6, 0.7, 0.65], b_tests, lr=3e-4, robust={0.8: [0.8, 0.8, 0.8], 1.25: [0.6, 0.6, 0.6]}))
     imp = {"evaluator": "fanova", "complete": {"n_trials": 2, "values": None, "reason": "2 trial(s), at least 3 needed"},
-           "epoch 2": {"n_trials": 4, "values": {"lr": 0.7, "hidden_size": 0.3}, "reason": None}}
+           "epoch 2": {"n_trials": 16, "values": {"lr": 0.7, "hidden_size": 0.3}, "reason": None}}
     _write(search_result_path(tmp_path, "d", "a"), _search([1e-3, 1e-2], imp))
     _write(search_result_path(tmp_path, "d", "b"), _search([3e-4]))
     (tmp_path / "params.yaml").write_text("datasets: [d]\nfamilies: [a, b]\nprepare: {d: {kind: xor}}\n")
@@ -122,7 +122,7 @@ def test_robustness_says_whether_the_ranking_survives(project: Path) -> None:
 def test_sensitivity_uses_the_best_available_basis(project: Path) -> None:
     report(project, ["d"], ["a", "b"])
     table = (project / "reports" / "results.md").read_text()
-    assert "| a | epoch 2 (4) | lr 0.70, hidden_size 0.30 | `d/x/abc` |" in table
+    assert "| a | epoch 2 (16) | lr 0.70, hidden_size 0.30 | `d/x/abc` |" in table
     assert "| b | — | not computed" in table
 
 

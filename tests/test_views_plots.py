@@ -19,7 +19,7 @@ import pytest
 from pipeline.stores import tracking
 from pipeline.stores.paths import final_result_path, search_result_path
 from pipeline.reporting.plots import DVC_TEMPLATES
-from pipeline.reporting.report import report
+from pipeline.reporting.report import PLOT_KINDS, report
 from tests.conftest import REPO
 from tests.test_report import _final, _search, _write
 
@@ -153,7 +153,7 @@ def test_every_image_of_the_report_in_mlflow_is_an_artifact_of_that_run(
         files = {f.path for f in client.list_artifacts(run_id, "report")}
         local = client.download_artifacts(run_id, "report/results.md", str(tmp_path / "downloaded" / run_id))
         links = IMAGE.findall(Path(local).read_text())
-        assert len(links) == 3 * len(datasets) + 1, links  # and the diagram across the datasets
+        assert len(links) == len(PLOT_KINDS) * len(datasets) + 1, links  # and the diagram across the datasets
         missing = [link for link in links if f"report/{link}" not in files]
         assert not missing, (dataset, family, missing, sorted(files))
     # the report in the repository links its own folder's plots/
