@@ -130,7 +130,7 @@ postgres-stop: install
 	$(BIN)/ctsweep postgres stop --data $(PG_DATA)
 
 clean-results:
-	rm -rf results reports/curves reports/lr reports/bars reports/trials reports/plots reports/metrics reports/metrics.json reports/ranks.csv reports/results.md reports/promotion.json ray_results
+	rm -rf results reports/curves reports/lr reports/bars reports/trials reports/cost reports/plots reports/metrics reports/metrics.json reports/ranks.csv reports/results.md reports/promotion.json ray_results
 
 # `make docs`: the documentation site (mkdocs.yml, docs/) into site/, offline (no fonts or scripts
 # from the network). The command-line and params.yaml reference pages are written from the code at

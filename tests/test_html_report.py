@@ -12,7 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from pipeline.reporting.html_report import report_html, write_report_html
-from pipeline.reporting.report import report
+from pipeline.reporting.report import PLOT_KINDS, report
 from pipeline.stores import tracking
 from pipeline.stores.paths import final_result_path
 from tests.test_report import _write, project  # noqa: F401  (the hand-made results of test_report)
@@ -77,7 +77,7 @@ def test_the_final_runs_get_results_html_with_every_plot_inlined(project: Path, 
     client = MlflowClient(tracking.tracking_uri(project))
     plots = project / "reports" / "plots"
     pngs = {p.name: p.read_bytes() for p in plots.glob("d_*.png")}
-    assert sorted(pngs) == ["d_curves.png", "d_lr.png", "d_test.png", "d_trials.png"]
+    assert sorted(pngs) == sorted(f"d_{kind}.png" for kind in PLOT_KINDS)
     for run in runs.values():
         logged = {f.path for f in client.list_artifacts(run, "report")}
         assert {"report/results.md", "report/results.html"} | {f"report/{n}" for n in pngs} == logged

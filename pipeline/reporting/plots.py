@@ -8,6 +8,8 @@ the Vega-Lite templates `dvc plots show` draws the same data with.
                            as black diamonds where a source reports one
     <dataset>_trials.png   expected best validation score over n search trials per family, with
                            its bootstrap band (pipeline.reporting.show_your_work)
+    <dataset>_cost.png     test mean ± std against training cost per family, the Pareto front
+                           marked (pipeline.reporting.cost)
     cross_dataset_cd.png   mean ranks across datasets (pipeline.reporting.cross_plots)
 
 DVC's built-in templates colour by revision only, so a family (a value in a column of the
@@ -118,6 +120,29 @@ def plot_trials(path: Path, dataset: str, curves: dict[str, list[dict[str, float
     ax.xaxis.set_major_locator(ticker.MaxNLocator(nbins=8, steps=[1, 2, 5, 10], integer=True))
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    save_figure(fig, path)
+
+
+def plot_cost(path: Path, dataset: str, rows: list[dict[str, Any]], metric: str) -> None:
+    """rows: per family {family, training_seconds, test_mean, test_std, pareto} (pipeline.reporting.cost):
+    test mean ± std against training cost, the Pareto front joined by a line."""
+    k = SCALE.get(metric, 1.0)
+    fig, ax = plt.subplots(figsize=(6.5, 4), layout="constrained")
+    for r in rows:
+        front = bool(r["pareto"])
+        ax.errorbar(r["training_seconds"], k * r["test_mean"], yerr=k * r["test_std"], fmt="D" if front else "o",
+                    color="C3" if front else "C0", capsize=3, markersize=6 if front else 4)
+        ax.annotate(r["family"], (r["training_seconds"], k * r["test_mean"]), textcoords="offset points",
+                    xytext=(5, 4), fontsize=8)
+    front = sorted((r["training_seconds"], k * r["test_mean"]) for r in rows if r["pareto"])
+    if len(front) > 1:
+        ax.plot(*zip(*front), color="C3", linewidth=1, label="Pareto front")
+        ax.legend(fontsize=8, loc="lower right")
+    costs = [r["training_seconds"] for r in rows if r["training_seconds"] > 0]
+    if costs and max(costs) > 20 * min(costs):
+        ax.set_xscale("log")
+    ax.set(title=fitted_title(dataset, "test score against training cost (final seeds)", 6.5),
+           xlabel="training seconds (seconds per epoch x epochs, summed over seeds)", ylabel=f"test {_label(metric)}")
     save_figure(fig, path)
 
 

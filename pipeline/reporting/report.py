@@ -12,6 +12,7 @@
                                    metric, n_parameters, n_trials, n_failed, n_repeats, repeat_val_std,
                                    repeat_test_std, best, p_vs_best, p_vs_trivial (one-sided),
                                    search_gain (and search_gain_note where it is None),
+                                   training_seconds and pareto (pipeline.reporting.cost),
                                    status: "ok", marks: [{mark, detail}]}; a family whose every search
                                    trial failed: {dataset, family, metric, n_trials, n_failed, errors,
                                    status: "failed", marks}; `ctsweep status` and `compare` read it,
@@ -27,6 +28,8 @@
                                    and final rerun: family, stage (search | final), lr_factor
                                    (final only), lr, validation <metric>              (DVC plots)
     reports/bars/<dataset>.csv     test mean ± std per family                        (DVC plots)
+    reports/cost/<dataset>.csv     per family: training_seconds, test_mean, test_std, pareto (1 or 0)
+                                   (pipeline.reporting.cost)                          (DVC plots)
     reports/trials/<dataset>.csv   expected best validation metric over n search trials with its
                                    bootstrap band (pipeline.reporting.show_your_work); a row per
                                    family and n: family, n, low, high, expected best validation
@@ -68,6 +71,7 @@ from pipeline.stores import tracking
 from pipeline.stores.files import write_json, write_text
 from pipeline.stores.paths import reports_dir
 from pipeline.reporting import cross_dataset, cross_plots, html_report, plots, show_your_work, trivial
+from pipeline.reporting.cost import cost_rows
 from pipeline.reporting.cross_dataset import Comparison, Refusal
 from pipeline.reporting.cross_tables import across_lines, published_lines
 from pipeline.reporting.dvc_metrics import drop_stale, write_cells
@@ -82,8 +86,9 @@ from pipeline.reporting.tables import (data_lines, provenance_lines, references_
 from pipeline.stores.schema import FINAL_FOR_REPORT
 from pipeline.stores.staging import staged
 
-# No timings: metrics.json is what two runs of the same command must reproduce bit for bit
-# (`ctsweep compare`, `dvc metrics diff`); seconds per epoch stay in results.md and the records.
+# One timing only, `training_seconds` (and the `pareto` flag it decides), which `ctsweep compare`
+# ignores: the rest of metrics.json is what two runs of the same command must reproduce bit for bit
+# (`ctsweep compare`, `dvc metrics diff`, whose per-cell files hold no timing).
 METRIC_KEYS = ("val_mean", "val_std", "test_mean", "test_std", "n_seeds", "metric", "n_parameters", "n_trials",
                "n_failed")
 RECORD_KEYS = {"n_parameters": "params"}  # metrics.json key -> the final record's ("params" reads as DVC's params)
@@ -124,7 +129,8 @@ def metric_column(metric: str) -> str:
 CURVE_COLUMNS = ["family", "epoch", "n_seeds", "mean_minus_std", "mean_plus_std"]  # then metric_column
 LR_COLUMNS = ["family", "stage", "lr_factor", "lr"]  # then metric_column
 TRIALS_COLUMNS = ["family", "n", "low", "high"]  # then "expected best " + metric_column
-PLOT_KINDS = ("curves", "lr", "test", "trials")  # reports/plots/<dataset>_<kind>.png
+PLOT_KINDS = ("curves", "lr", "test", "trials", "cost")  # reports/plots/<dataset>_<kind>.png
+COST_COLUMNS = ["family", "training_seconds", "test_mean", "test_std", "pareto"]
 
 
 def mean_curves(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -169,6 +175,7 @@ def _metrics(results: dict[str, dict[str, Any]], best: str | None, marks: dict[s
     failed family only says who it is, its trial counts and its errors."""
     ok, _ = split(results)
     tests = welch_vs_best(ok, best) if best is not None else {}
+    costs = {row["family"]: row for row in cost_rows(ok)}
     out = {}
     for f, r in results.items():
         shown = [m.as_json() for m in marks[f]]
@@ -180,7 +187,8 @@ def _metrics(results: dict[str, dict[str, Any]], best: str | None, marks: dict[s
                   **{k: r.get(k, v) for k, v in REPEAT_DEFAULTS.items()},
                   "val_loss_mean": r.get("val_loss_mean"), "status": "ok", "marks": shown, "best": f == best,
                   "p_vs_best": None if math.isnan(p) else round(p, 6), "p_vs_trivial": _rounded(vs_trivial.get(f)),
-                  **_gain_json(search_gain(searches.get(f), r["mode"]))}
+                  **_gain_json(search_gain(searches.get(f), r["mode"])),
+                  "training_seconds": costs[f]["training_seconds"], "pareto": bool(costs[f]["pareto"])}
     return out
 
 
@@ -230,6 +238,9 @@ def _write_dataset(out: Path, dataset: str, results: dict[str, dict[str, Any]],
     plots.plot_lr(pngs[1], dataset, [p for p in points if p["stage"] == "search"], results, metric)
     plots.plot_test_bars(pngs[2], dataset, results, best, metric, _paper_points(refs, dataset, results))
     plots.plot_trials(pngs[3], dataset, trials, metric)
+    costs = cost_rows(results)
+    write_text(out / "cost" / f"{dataset}.csv", _csv(costs, COST_COLUMNS))
+    plots.plot_cost(pngs[4], dataset, costs, metric)
     return pngs
 
 
@@ -266,7 +277,8 @@ def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dic
             continue
         lines += [f"![{dataset} test]({images}{dataset}_test.png) ![{dataset} curves]({images}{dataset}_curves.png)",
                   f"![{dataset} learning rate]({images}{dataset}_lr.png) "
-                  f"![{dataset} expected best over search trials]({images}{dataset}_trials.png)", ""]
+                  f"![{dataset} expected best over search trials]({images}{dataset}_trials.png)",
+                  f"![{dataset} test against training cost]({images}{dataset}_cost.png)", ""]
         lines += robustness_lines(ok, ok[best]["mode"], ok[best]["metric"])
         lines += sensitivity_lines(searches[dataset])
     lines += across_lines(across, images)
@@ -380,7 +392,7 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
 def _drop_plots(out: Path, dataset: str) -> None:
     """Remove an earlier report's plots of a dataset that has none now (every family failed):
     staging replaces files but never deletes one, and stale plots would contradict the table."""
-    for kind in ("curves", "lr", "bars", "trials"):
+    for kind in ("curves", "lr", "bars", "trials", "cost"):
         (out / kind / f"{dataset}.csv").unlink(missing_ok=True)
     for kind in PLOT_KINDS:
         (out / "plots" / f"{dataset}_{kind}.png").unlink(missing_ok=True)
