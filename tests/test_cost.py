@@ -43,6 +43,7 @@ def test_the_report_writes_the_cost_plot_its_data_and_metrics(project: Path) -> 
     # test_report's records: 3 seeds of 2 epochs at 0.5 s each, and a is better on test
     assert all(float(r["training_seconds"]) == pytest.approx(3.0) for r in rows)
     assert [r["pareto"] for r in rows] == ["1", "0"]
-    assert metrics["d"]["a"]["training_seconds"] == pytest.approx(3.0) and metrics["d"]["a"]["pareto"] is True
     assert (project / "reports" / "plots" / "d_cost.png").stat().st_size > 1000
-    assert json.loads((project / "reports" / "metrics.json").read_text())["d"]["b"]["pareto"] is False
+    # metrics.json: the epochs (3 seeds x 2), never the seconds, which differ from run to run
+    assert metrics["d"]["a"]["epochs_trained"] == 6 and "training_seconds" not in metrics["d"]["a"]
+    assert json.loads((project / "reports" / "metrics.json").read_text())["d"]["b"]["epochs_trained"] == 6

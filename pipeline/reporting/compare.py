@@ -34,8 +34,6 @@ IGNORED: frozenset[str] = frozenset({
     "optuna_study", "model_uri",
     # wall-clock times: they depend on the machine and its load, not on what was computed
     "seconds_per_epoch", "epoch_seconds", "seconds", "wall_s",
-    # the report's training cost and the Pareto front it decides (pipeline/reporting/cost.py)
-    "training_seconds", "pareto",
     # how this run got there (resumed, reused finished seeds, skipped as up to date), not what it got
     "resumed", "reused_seeds", "up_to_date",
     # the stamp of what a record was computed from (pipeline/stores/staleness.py): a final record's

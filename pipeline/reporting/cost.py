@@ -7,12 +7,20 @@ beats on both test score and cost (the Pareto front).
 
 A family is on the front when no other family is at most as costly with a test mean at least as
 good, one of the two strictly. Costs are wall-clock seconds on the machine and load of the run,
-so they compare families within one report, not across machines.
+so they compare families within one report, not across machines. They are written to
+reports/cost/<dataset>.csv and the plot only: reports/metrics.json, which two runs of the same
+pipeline must reproduce byte for byte, holds the epochs trained instead.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+
+def epochs_trained(final: dict[str, Any]) -> int:
+    """Epochs trained, summed over the seeds of an ok final record: the part of the cost that
+    does not depend on the machine (reports/metrics.json holds no timing)."""
+    return sum(len(s.get("curve", [])) for s in final["seeds"])
 
 
 def training_seconds(final: dict[str, Any]) -> float:

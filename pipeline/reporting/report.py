@@ -12,7 +12,7 @@
                                    metric, n_parameters, n_trials, n_failed, n_repeats, repeat_val_std,
                                    repeat_test_std, best, p_vs_best, p_vs_trivial (one-sided),
                                    search_gain (and search_gain_note where it is None),
-                                   training_seconds and pareto (pipeline.reporting.cost),
+                                   epochs_trained (over the seeds: the cost that needs no clock),
                                    status: "ok", marks: [{mark, detail}]}; a family whose every search
                                    trial failed: {dataset, family, metric, n_trials, n_failed, errors,
                                    status: "failed", marks}; `ctsweep status` and `compare` read it,
@@ -71,7 +71,7 @@ from pipeline.stores import tracking
 from pipeline.stores.files import write_json, write_text
 from pipeline.stores.paths import reports_dir
 from pipeline.reporting import cross_dataset, cross_plots, html_report, plots, show_your_work, trivial
-from pipeline.reporting.cost import cost_rows
+from pipeline.reporting.cost import cost_rows, epochs_trained
 from pipeline.reporting.cross_dataset import Comparison, Refusal
 from pipeline.reporting.cross_tables import across_lines, published_lines
 from pipeline.reporting.dvc_metrics import drop_stale, write_cells
@@ -86,9 +86,9 @@ from pipeline.reporting.tables import (data_lines, provenance_lines, references_
 from pipeline.stores.schema import FINAL_FOR_REPORT
 from pipeline.stores.staging import staged
 
-# One timing only, `training_seconds` (and the `pareto` flag it decides), which `ctsweep compare`
-# ignores: the rest of metrics.json is what two runs of the same command must reproduce bit for bit
-# (`ctsweep compare`, `dvc metrics diff`, whose per-cell files hold no timing).
+# No timings: metrics.json is what two runs of the same command must reproduce bit for bit
+# (`ctsweep compare`, `dvc metrics diff`); seconds per epoch stay in results.md and the records,
+# training seconds and the Pareto front they decide in reports/cost/ (pipeline.reporting.cost).
 METRIC_KEYS = ("val_mean", "val_std", "test_mean", "test_std", "n_seeds", "metric", "n_parameters", "n_trials",
                "n_failed")
 RECORD_KEYS = {"n_parameters": "params"}  # metrics.json key -> the final record's ("params" reads as DVC's params)
@@ -175,7 +175,6 @@ def _metrics(results: dict[str, dict[str, Any]], best: str | None, marks: dict[s
     failed family only says who it is, its trial counts and its errors."""
     ok, _ = split(results)
     tests = welch_vs_best(ok, best) if best is not None else {}
-    costs = {row["family"]: row for row in cost_rows(ok)}
     out = {}
     for f, r in results.items():
         shown = [m.as_json() for m in marks[f]]
@@ -187,8 +186,7 @@ def _metrics(results: dict[str, dict[str, Any]], best: str | None, marks: dict[s
                   **{k: r.get(k, v) for k, v in REPEAT_DEFAULTS.items()},
                   "val_loss_mean": r.get("val_loss_mean"), "status": "ok", "marks": shown, "best": f == best,
                   "p_vs_best": None if math.isnan(p) else round(p, 6), "p_vs_trivial": _rounded(vs_trivial.get(f)),
-                  **_gain_json(search_gain(searches.get(f), r["mode"])),
-                  "training_seconds": costs[f]["training_seconds"], "pareto": bool(costs[f]["pareto"])}
+                  **_gain_json(search_gain(searches.get(f), r["mode"])), "epochs_trained": epochs_trained(r)}
     return out
 
 
