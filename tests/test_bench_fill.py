@@ -262,36 +262,35 @@ def test_the_long_workload_s_shortest_trial_sleeps_30_s_on_warm_workers() -> Non
 
 @pytest.mark.timeout(600)
 @pytest.mark.slow
-def test_quick_store_modes_log_to_sqlite_and_through_the_server_on_postgres(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_quick_store_mode_logs_through_the_server_on_postgres(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The postgres mode through the real driver. (The sqlite mode is the driver's own default
+    stores, which test_quick_run_through_the_real_driver runs; the table of both modes is
+    test_render_lists_every_mode_with_its_fill's.)"""
     import shutil
 
     from pipeline.stores.paths import search_result_path
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(ROOT)  # Ray's workers import benchmarks.fill from the driver's working directory
-    report = fill.main(["--quick", "--workload", "long", "--modes", "sqlite,postgres", "--out", str(tmp_path),
-                        "--keep"])
+    report = fill.main(["--quick", "--workload", "long", "--modes", "postgres", "--out", str(tmp_path), "--keep"])
     work = Path(report["work"])
     try:
         w = fill.QUICK
         assert report["workload"]["warm_workers"] is True  # the long workload's warm workers, the quick sizes
-        modes = {m["mode"]: m for m in report["modes"]}
-        assert list(modes) == ["sqlite", "postgres"]
-        assert [m["stores"] for m in modes.values()] == ["sqlite_stores", "postgres_stores"]
-        for label, m in modes.items():  # today's driver: one search_many, every trial ran once
-            assert not m["sequential"] and m["environment"] == {}
-            assert m["n_trials"] == m["expected_trials"] == len(w.families) * w.num_samples == m["n_busy_records"]
-            assert m["n_failed"] == 0 and m["families_ok"] == len(w.families)
-            assert 0 < m["fill"] <= 1
-        # Where the records went: SQLite files in the sqlite mode's project; none in the postgres
-        # mode's, whose search records name the PostgreSQL study and whose server logged no error.
-        assert (work / "sqlite" / "mlflow.db").is_file() and (work / "sqlite" / "optuna.db").is_file()
+        [m] = report["modes"]
+        assert m["mode"] == "postgres" and m["stores"] == "postgres_stores"
+        # today's driver: one search_many, every trial ran once
+        assert not m["sequential"] and m["environment"] == {}
+        assert m["n_trials"] == m["expected_trials"] == len(w.families) * w.num_samples == m["n_busy_records"]
+        assert m["n_failed"] == 0 and m["families_ok"] == len(w.families)
+        assert 0 < m["fill"] <= 1
+        # Where the records went: no SQLite file in the project; its search records name the
+        # PostgreSQL study, and the server logged no error.
         assert not list((work / "postgres").glob("*.db"))
         for family in w.families:
             record = json.loads(search_result_path(work / "postgres", fill.DATASET, family).read_text())
             assert record["optuna_storage"].startswith("postgresql://ctsweep@127.0.0.1:")
-        assert modes["postgres"]["server_errors"] == 0, modes["postgres"].get("server_first_error")
+        assert m["server_errors"] == 0, m.get("server_first_error")
         assert "MLflow through `mlflow server` on PostgreSQL" in (tmp_path / "fill.md").read_text()
     finally:
         shutil.rmtree(work, ignore_errors=True)
