@@ -16,6 +16,7 @@ checks every import of the package against it and against each subpackage's `Imp
     serving              trained models as MLflow pyfunc models; `ctsweep predict`
     sweep, families      the search stage; checking and scaffolding a user's own family
     final                the final stage: the best configurations over fresh seeds
+    classical            the classical reference: an aeon classifier on one core, beside the families
     reporting            the report stage: tables, plots, statistics, marks, `ctsweep status`
     registry             the promote stage: the MLflow Model Registry and alias `champion`
     cli                  `ctsweep`: one command per stage, `ctsweep check`
@@ -63,6 +64,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("serving",),
     ("sweep", "families"),
     ("final",),
+    ("classical",),
     ("reporting",),
     ("registry",),
     ("cli",),

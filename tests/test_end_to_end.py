@@ -164,6 +164,10 @@ def test_outputs_and_tables(repro: tuple[Path, str]) -> None:
     assert all(f in table for f in FAMILIES) and "±" in table and "(best)" in table
     for section in ("Learning-rate robustness", "Hyperparameter importance", "## Provenance", "`prepare@"):
         assert section in table
+    # the classical stage ran and found the irregularly sampled series beyond aeon's classifiers: one line
+    classical = metrics["_baselines"][DATASET]["classical"]
+    assert classical["status"] == "not_applicable" and "unevenly spaced" in classical["reason"]
+    assert f"No classical reference: {classical['reason']}." in table
     for kind in ("curves", "lr", "test", "trials"):
         assert (root / "reports" / "plots" / f"{DATASET}_{kind}.png").stat().st_size > 1000
 

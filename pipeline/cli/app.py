@@ -83,6 +83,19 @@ def prepare(dataset: str = DATASET, source: Optional[str] = SOURCE, unverified_c
 
 @app.command()
 @_stage
+def classical(dataset: str = DATASET, root: Path = ROOT) -> None:
+    """Train aeon's strongest classifier that accepts DATASET on one core (MiniRocket, or 1-NN DTW for
+    unequal lengths) -> results/DATASET/classical.json, the report's classical reference row."""
+    _names(dataset=dataset)
+    from pipeline.classical.stage import run, summary
+
+    base, params = _params(root)
+    _check(dataset, list(params.prepare), "prepare")
+    typer.echo(summary(run(base, dataset, params.classical)))
+
+
+@app.command()
+@_stage
 def search(
     dataset: str,
     family: Optional[str] = typer.Argument(None, help="One family; omitted: every family of params.yaml "

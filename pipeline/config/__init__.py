@@ -20,13 +20,13 @@ from pipeline.config.datasets import (
     SpeechCommandsParams, UeaParams, Walker2dParams, XorParams,
 )
 from pipeline.config.params import (
-    AshaParams, FinalParams, Params, PromoteParams, ResourceOverride, Resources, SearchParams, dataset_params,
-    load_params, params_from, read_yaml,
+    AshaParams, ClassicalParams, FinalParams, Params, PromoteParams, ResourceOverride, Resources, SearchParams,
+    dataset_params, load_params, params_from, read_yaml,
 )
 
 __all__ = [
-    "AshaParams", "FinalParams", "ImdbParams", "LocalParams", "Params", "PersonActivityParams", "Physionet2012Params",
-    "PrecomputeSpec", "PromoteParams", "ResourceOverride", "Resources", "SearchParams", "SepsisParams",
+    "AshaParams", "ClassicalParams", "FinalParams", "ImdbParams", "LocalParams", "Params", "PersonActivityParams",
+    "Physionet2012Params", "PrecomputeSpec", "PromoteParams", "ResourceOverride", "Resources", "SearchParams", "SepsisParams",
     "SpeechCommandsParams", "UeaParams", "Walker2dParams", "XorParams", "dataset_params", "load_params",
     "params_from", "read_yaml",
 ]

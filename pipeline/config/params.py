@@ -246,6 +246,15 @@ class PromoteParams(_Strict):
                                       "on per-seed validation scores at this p-value")
 
 
+class ClassicalParams(_Strict):
+    """The classical reference (pipeline/classical): one aeon classifier per dataset, on one core."""
+
+    time_limit_s: float = Field(600, gt=0, le=7 * 86400, description="seconds its training and prediction "
+                                                                     "may take; past it the reference is "
+                                                                     "reported as failed")
+    seed: Seed = Field(0, description="MiniRocket's random kernels")
+
+
 class Params(_Strict):
     datasets: list[Name] = Field(min_length=1, max_length=1000, description="distinct, at most 1000")
     families: list[Name] = Field(min_length=1, max_length=1000, description="distinct registry names")
@@ -253,6 +262,7 @@ class Params(_Strict):
     search: SearchParams = SearchParams()
     final: FinalParams = FinalParams()
     promote: PromoteParams = PromoteParams()
+    classical: ClassicalParams = ClassicalParams()
     # name -> "package.module:Class" or {model, space}: read and imported before the rest is
     # validated (pipeline/models/user.py), so `families` and the per-family keys may name them.
     user_families: dict[Name, Any] = Field(default_factory=dict, max_length=1000)

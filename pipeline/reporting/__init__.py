@@ -5,7 +5,8 @@ diagram: cross_dataset.py, cross_tables.py, cross_plots.py), the papers' referen
 best published results on UEA/UCR datasets, the provenance stamp, the marks that say
 which cells of a results table cannot be trusted (not converged, best configuration at the edge
 of its space, mostly failed searches, failed cells, no better than the trivial baselines that
-stand under every table: trivial.py), each search's gain over its reference configuration
+stand under every table: trivial.py), the classical reference row beneath them
+(classical_reference.py, reading what the classical stage wrote), each search's gain over its reference configuration
 (search_gain.py), and `ctsweep status`, which reads those marks back from reports/metrics.json,
 and `ctsweep compare`, which names the first difference between two project roots' results
 (compare.py). `promote` uses the same marks to refuse a candidate.

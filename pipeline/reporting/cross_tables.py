@@ -24,9 +24,11 @@ HEADING = "## Across datasets"
 SELECTED_ON_TEST = "the source selected on the test set"
 
 
-def across_lines(found: Comparison | Refusal | None, images: str = "plots/") -> list[str]:
+def across_lines(found: Comparison | Refusal | None, images: str = "plots/",
+                 reference: dict[str, float] | None = None) -> list[str]:
     """The section; one line under its heading for a Refusal; nothing for fewer than two datasets.
-    images: the folder the diagram is linked in, as in results_markdown."""
+    images: the folder the diagram is linked in, as in results_markdown; reference: dataset -> the
+    rank its classical reference would take among the families (a row of its own, not ranked)."""
     if found is None:
         return []
     if isinstance(found, Refusal):
@@ -39,12 +41,12 @@ def across_lines(found: Comparison | Refusal | None, images: str = "plots/") -> 
              f"rank (Welch's t-test, p < {found.power.alpha:g}).", ""]
     if found.left_out:
         lines += [f"Left out, a family has no result there: {left_out_line(found.left_out)}.", ""]
-    lines += _rank_table(found)
+    lines += _rank_table(found, reference or {})
     lines += [f"![mean ranks across datasets]({images}{FILE})", "", power_sentence(found), ""]
     return lines + _pairwise_table(found)
 
 
-def _rank_table(found: Comparison) -> list[str]:
+def _rank_table(found: Comparison, reference: dict[str, float]) -> list[str]:
     lines = ["| family | mean rank | " + " | ".join(found.datasets) + " | W/T/L vs best |",
              "|---|---|" + "---|" * len(found.datasets) + "---|"]
     for f, mean in found.mean_ranks.items():
@@ -52,7 +54,18 @@ def _rank_table(found: Comparison) -> list[str]:
         wtl = found.wtl[f]
         ranks = " | ".join(f"{found.ranks[f][d]:g}" for d in found.datasets)
         lines.append(f"| {name} | {mean:.2f} | {ranks} | {'best' if wtl is None else '/'.join(map(str, wtl))} |")
-    return lines + [""]
+    return lines + _reference_row(found, reference) + [""]
+
+
+def _reference_row(found: Comparison, reference: dict[str, float]) -> list[str]:
+    """The classical reference's row: on each dataset, the rank it would take among the families
+    by test score (they keep their own ranks); its mean only where every dataset has one."""
+    if not any(d in reference for d in found.datasets):
+        return []
+    cells = " | ".join(f"{reference[d]:g}" if d in reference else "—" for d in found.datasets)
+    mean = (f"{sum(reference[d] for d in found.datasets) / len(found.datasets):.2f}"
+            if all(d in reference for d in found.datasets) else "—")
+    return [f"| *classical reference (would rank)* | {mean} | {cells} | — |"]
 
 
 def power_sentence(found: Comparison) -> str:

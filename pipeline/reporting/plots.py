@@ -177,8 +177,9 @@ def plot_lr(path: Path, dataset: str, trials: list[dict[str, Any]], finals: dict
 
 
 def plot_test_bars(path: Path, dataset: str, finals: dict[str, dict[str, Any]], best: str, metric: str,
-                   papers: dict[str, float]) -> None:
-    """Test mean ± std per family; papers: family -> a paper's figure (pipeline scale) to mark."""
+                   papers: dict[str, float], reference: tuple[str, float] | None = None) -> None:
+    """Test mean ± std per family; papers: family -> a paper's figure (pipeline scale) to mark;
+    reference: (label, test score) of the classical reference, a vertical line across the bars."""
     k = SCALE.get(metric, 1.0)
     families = list(finals)
     fig, ax = plt.subplots(figsize=(6.5, 0.5 * len(families) + 1.5), layout="constrained")
@@ -188,6 +189,9 @@ def plot_test_bars(path: Path, dataset: str, finals: dict[str, dict[str, Any]], 
     marked = [(k * papers[f], i) for i, f in enumerate(families) if f in papers]
     if marked:
         ax.scatter(*zip(*marked), marker="D", color="black", zorder=3, label="paper")
+    if reference is not None:
+        ax.axvline(k * reference[1], color="tab:green", linestyle="--", zorder=3, label=reference[0])
+    if marked or reference is not None:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # not over a bar
     ax.set_yticks(list(ys), [f"{f} (best)" if f == best else f for f in families])
     ax.invert_yaxis()

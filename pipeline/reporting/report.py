@@ -61,16 +61,14 @@ import io
 import math
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from mlflow.exceptions import MlflowException
-
-from pipeline.stores import tracking
 from pipeline.stores.files import write_json, write_text
 from pipeline.stores.paths import reports_dir
-from pipeline.reporting import cross_dataset, cross_plots, html_report, plots, show_your_work, trivial
+from pipeline.reporting import classical_reference as classical
+from pipeline.reporting import cross_dataset, cross_plots, plots, show_your_work, trivial
+from pipeline.reporting.mlflow_copy import log_to_mlflow
 from pipeline.reporting.cost import cost_rows, epochs_trained
 from pipeline.reporting.cross_dataset import Comparison, Refusal
 from pipeline.reporting.cross_tables import across_lines, published_lines
@@ -214,11 +212,26 @@ def _paper_points(refs: References, dataset: str, results: dict[str, dict[str, A
     return points
 
 
+def _reference_ranks(finals: dict[str, dict[str, dict[str, Any]]], references: dict[str, classical.Reference],
+                     across: Comparison | Refusal | None) -> dict[str, float]:
+    """dataset -> the rank its classical reference would take among the compared families' test
+    means (the across-datasets table's families); empty where the datasets are not compared."""
+    if not isinstance(across, Comparison):
+        return {}
+    ranks = {}
+    for d in across.datasets:
+        tests = [finals[d][f]["test_mean"] for f in across.mean_ranks]
+        rank = classical.would_rank(references.get(d), tests, across.metric, across.mode)
+        ranks.update({d: rank} if rank is not None else {})
+    return ranks
+
+
 def _write_dataset(out: Path, dataset: str, results: dict[str, dict[str, Any]],
                    searches: dict[str, dict[str, Any]], best: str, refs: References,
-                   trials: dict[str, list[dict[str, float]]]) -> list[Path]:
+                   trials: dict[str, list[dict[str, float]]], reference: classical.Reference = None) -> list[Path]:
     """Plot data and PNGs of one dataset; returns the PNG paths. trials: family -> its expected
-    best validation score over n search trials (show_your_work.curve)."""
+    best validation score over n search trials (show_your_work.curve); reference: the classical
+    reference, a line on the test plot where it has a score."""
     metric = results[best]["metric"]
     points = lr_points(searches, results)
     write_text(out / "curves" / f"{dataset}.csv", _plot_csv(mean_curves(results), CURVE_COLUMNS, metric))
@@ -234,7 +247,9 @@ def _write_dataset(out: Path, dataset: str, results: dict[str, dict[str, Any]],
     pngs = [out / "plots" / f"{dataset}_{kind}.png" for kind in PLOT_KINDS]
     plots.plot_curves(pngs[0], dataset, results, metric)
     plots.plot_lr(pngs[1], dataset, [p for p in points if p["stage"] == "search"], results, metric)
-    plots.plot_test_bars(pngs[2], dataset, results, best, metric, _paper_points(refs, dataset, results))
+    shown = classical.usable(reference, metric)
+    plots.plot_test_bars(pngs[2], dataset, results, best, metric, _paper_points(refs, dataset, results),
+                         (f"{shown['classifier']} (classical)", shown["test"]) if shown else None)
     plots.plot_trials(pngs[3], dataset, trials, metric)
     costs = cost_rows(results)
     write_text(out / "cost" / f"{dataset}.csv", _csv(costs, COST_COLUMNS))
@@ -245,20 +260,23 @@ def _write_dataset(out: Path, dataset: str, results: dict[str, dict[str, Any]],
 def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dict[str, dict[str, dict[str, Any]]],
                      marks: dict[str, dict[str, list[Mark]]], refs: References, provenance: dict[str, Any],
                      images: str = "plots/", across: Comparison | Refusal | None = None,
-                     baselines: dict[str, list[trivial.Trivial] | str] | None = None) -> str:
+                     baselines: dict[str, list[trivial.Trivial] | str] | None = None,
+                     references: dict[str, classical.Reference] | None = None) -> str:
     """results.md. A failed family shows as "failed" in its table with its reasons beneath; the
     plots, statistics, robustness and importance sections cover the families that have scores.
     images: the folder the PNGs are linked in, relative to the report ("" for MLflow's copy);
     across: the comparison across datasets (pipeline.reporting.cross_dataset.compare);
-    baselines: dataset -> its trivial baselines, or why there are none (trivial.dataset_baselines)."""
-    baselines = baselines or {}
+    baselines: dataset -> its trivial baselines, or why there are none (trivial.dataset_baselines);
+    references: dataset -> its classical reference (pipeline.reporting.classical_reference.read_reference)."""
+    baselines, references = baselines or {}, references or {}
     commit = provenance["commit"]
     lines = ["# Results", "",
              f"Produced by `ctsweep report` at git commit `{commit[:12]}{commit[40:]}` (full provenance at the end).",
              "Mean ± sample standard deviation over the final seeds. The best family per dataset (chosen on",
              "validation only) is in bold; every other family's test difference to it comes with the two-sided",
              "p-value of Welch's t-test on the per-seed test scores (* p < 0.05). Accuracy in %. The rows in",
-             "italics are trivial baselines, which ignore the inputs. Marks after a family's name",
+             "italics are trivial baselines, which ignore the inputs, and a classical classifier for",
+             "reference, which is not ranked. Marks after a family's name",
              "(†, ‡, §, ¶, ↑, ∅) say where a result cannot be trusted; the footnotes under each table say why.", ""]
     cited: dict[str, int] = {}
     bests: dict[str, str | None] = {}
@@ -267,9 +285,12 @@ def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dic
         best = bests[dataset] = best_family(ok)
         found, mode, metric = baselines.get(dataset, []), _mode(results), next(iter(results.values()))["metric"]
         gains = {f: search_gain(searches[dataset].get(f), mode) for f in searches.get(dataset, {})}
+        ref = references.get(dataset)
         lines += results_table(dataset, results, best, refs, cited, marks[dataset],
-                               lambda columns: trivial.trivial_rows(found, mode, metric, columns), gains)
+                               lambda columns: trivial.trivial_rows(found, mode, metric, columns)
+                               + classical.reference_rows(ref, metric, columns), gains)
         lines += trivial.trivial_note(found) if dataset in baselines else []
+        lines += classical.reference_note(ref, dataset, metric) if dataset in references else []
         lines += data_lines(provenance.get("data", {}).get(dataset))
         if best is None:
             continue
@@ -279,57 +300,12 @@ def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dic
                   f"![{dataset} test against training cost]({images}{dataset}_cost.png)", ""]
         lines += robustness_lines(ok, ok[best]["mode"], ok[best]["metric"])
         lines += sensitivity_lines(searches[dataset])
-    lines += across_lines(across, images)
+    lines += across_lines(across, images, _reference_ranks(finals, references, across))
     lines += published_lines(finals, bests, provenance["params"].get("prepare", {}), refs, cited,
                              heading="###" if across is not None else "##")
     lines += references_lines(refs, cited)
     lines += provenance_lines(provenance)
     return "\n".join(lines)
-
-
-def log_to_mlflow(root: Path, finals: dict[str, dict[str, dict[str, Any]]], markdown: str,
-                  pngs: list[Path]) -> int:
-    """Attach the report and its plots to every final (parent) run, all in the run's folder
-    `report`; returns how many runs got them. markdown: the report with its images linked as
-    `<name>.png` (results_markdown(..., images="")), so every link resolves among the run's
-    artifacts; pngs: every PNG it links, of every dataset. Beside `results.md` goes
-    `results.html`, the same report with its PNGs inlined (pipeline.reporting.html_report): MLflow
-    shows that page with its plots, where it shows the Markdown's image links as text. Records
-    without a run id (hand-made results) are skipped."""
-    runs = [(d, r["mlflow_parent_run_id"]) for d, res in finals.items() for r in res.values()
-            if r.get("mlflow_parent_run_id")]
-    if not runs:
-        return 0
-    uri = tracking.tracking_uri(root)
-    client = tracking.MlflowClient(uri)
-    attached = 0
-    with tempfile.TemporaryDirectory(prefix="ctsweep-report-") as tmp:
-        report = Path(tmp) / "results.md"
-        report.write_text(markdown)
-        page = html_report.write_report_html(Path(tmp) / "results.html", markdown, pngs)  # images inlined
-        for dataset, run_id in runs:
-            if not _run_exists(client, run_id):
-                # The report is written; only its copy in MLflow is missing. Happens when DVC's run
-                # cache restored a final record trained against another (or a deleted) mlflow.db.
-                family = next(f for f, r in finals[dataset].items() if r.get("mlflow_parent_run_id") == run_id)
-                print(f"ctsweep: warning: results/{dataset}/final/{family}.json names MLflow run {run_id}, which "
-                      f"the store {uri} does not have: the report is not attached to it (`ctsweep final "
-                      f"{dataset} {family}` trains it again with its runs)", file=sys.stderr)
-                continue
-            for path in (report, page, *pngs):
-                client.log_artifact(run_id, str(path), artifact_path="report")
-            attached += 1
-    return attached
-
-
-def _run_exists(client: tracking.MlflowClient, run_id: str) -> bool:
-    try:
-        client.get_run(run_id)
-    except MlflowException as exc:
-        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
-            return False
-        raise
-    return True
 
 
 def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, Any]:
@@ -348,6 +324,7 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
             mark = show_your_work.not_saturated(rows, _mode(finals[d]), metric)
             marks[d][f] += [mark] if mark else []
     baselines = {d: trivial.dataset_baselines(root, d) for d in datasets}
+    references = {d: classical.read_reference(root, d) for d in datasets}
     vs_trivial = {}
     for d, res in finals.items():
         ok, _ = split(res)
@@ -365,15 +342,17 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
             ok, _ = split(results)
             best = best_family(ok)
             metrics[dataset] = _metrics(results, best, marks[dataset], vs_trivial[dataset], searches[dataset])
-            written = (_write_dataset(stage, dataset, ok, searches[dataset], best, refs, trials[dataset])
+            written = (_write_dataset(stage, dataset, ok, searches[dataset], best, refs, trials[dataset],
+                                      references[dataset])
                        if best is not None else [])
             pngs[dataset] = [out / p.relative_to(stage) for p in written]
         if across is not None:  # after the datasets, under a key no dataset can have
             metrics[cross_dataset.METRICS_KEY] = cross_dataset.as_json(across)
-        metrics[BASELINES] = {d: trivial.as_json(baselines[d], _mode(finals[d])) for d in finals}
+        metrics[BASELINES] = {d: {**trivial.as_json(baselines[d], _mode(finals[d])),
+                                  "classical": classical.as_json(references[d])} for d in finals}
         drawn = [out / p.relative_to(stage) for p in cross_plots.write_outputs(stage, across)]
         write_text(stage / "results.md", results_markdown(finals, searches, marks, refs, provenance, across=across,
-                                                          baselines=baselines))
+                                                          baselines=baselines, references=references))
         write_json(stage / "metrics.json", metrics)
         cells = write_cells(stage, metrics)
     drop_stale(out, cells)
@@ -382,7 +361,7 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
         _drop_plots(out, dataset)
     plots.write_dvc_templates(root)
     log_to_mlflow(root, finals, results_markdown(finals, searches, marks, refs, provenance, images="", across=across,
-                                                 baselines=baselines),
+                                                 baselines=baselines, references=references),
                   [p for files in pngs.values() for p in files] + drawn)
     return metrics
 

@@ -52,6 +52,12 @@ def final_result_path(root: Path, dataset: str, family: str) -> Path:
     return _under(root / "results" / dataset / "final", family, suffix=".json")
 
 
+def classical_result_path(root: Path, dataset: str) -> Path:
+    """The classical reference of a dataset (pipeline.classical.stage)."""
+    check_name(dataset, "dataset name")
+    return _under(root / "results" / dataset, "classical", suffix=".json")
+
+
 def reports_dir(root: Path) -> Path:
     return root / "reports"
 

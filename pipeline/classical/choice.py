@@ -1,0 +1,86 @@
+"""Which aeon classifier a processed dataset admits, or why none does.
+
+The candidates, strongest first: MiniRocket (Dempster et al. 2021), which needs series of one
+length without missing values, then the one-nearest-neighbour classifier under dynamic time
+warping, which takes series of unequal length. On the UCR archive's bake-off (Middlehurst et al.
+2024) MiniRocket ranks well above 1-NN DTW; 1-NN DTW is the classical baseline that accepts
+unequal lengths. Neither models irregular sampling: a series whose observations are not evenly
+spaced in time, or which misses steps inside it (NaN between observed steps), is refused with
+the reason, in one line, as is any task that is not sequence classification.
+
+In the processed contract (pipeline.data.contract) a series of unequal length is its observed
+steps first, then padding (mask False, x NaN); anything else that is masked is a missing step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.data.contract import Meta, Split
+
+MINIROCKET, DTW = "MiniRocket", "1-NN DTW"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The classifier for a dataset and its inputs as aeon takes them: `train` and `test` are
+    (N, C, L) arrays where every series has the same length, else lists of (C, L_n) arrays;
+    `y_train` (N,) the labels. `train` is the training split followed by the validation split."""
+
+    classifier: str
+    train: np.ndarray | list[np.ndarray]
+    y_train: np.ndarray
+    test: np.ndarray | list[np.ndarray]
+
+
+def _series(split: Split) -> list[np.ndarray] | str:
+    """The split's series as (C, L_n) arrays of their observed steps, or why aeon cannot take them."""
+    mask = split.mask.astype(bool)
+    lengths = mask.sum(axis=1)
+    if (lengths == 0).any():
+        return "a series without any observed step"
+    steps = np.arange(mask.shape[1])
+    if (mask != (steps[None, :] < lengths[:, None])).any():
+        return "series with missing steps (irregularly sampled): no aeon classifier models the gaps"
+    out = []
+    for x, t, n in zip(split.x, split.t, lengths):
+        values = x[:n]
+        if np.isnan(values).any():
+            return "missing channel values at observed steps: no aeon classifier accepts them"
+        gaps = np.diff(t[:n].astype(np.float64))
+        if len(gaps) and not np.allclose(gaps, gaps[0], rtol=1e-4, atol=1e-6 * max(1.0, abs(float(gaps[0])))):
+            return "observations unevenly spaced in time: aeon's classifiers assume equal intervals"
+        out.append(np.ascontiguousarray(values.T, dtype=np.float64))
+    return out
+
+
+def _stacked(series: list[np.ndarray], equal: bool) -> np.ndarray | list[np.ndarray]:
+    return np.stack(series) if equal else series
+
+
+def task_refusal(meta: Meta) -> str | None:
+    """Why no classifier fits the dataset's task, read from meta.json alone; None where one may."""
+    if meta.task == "regression":
+        return "a regression task: the classical reference is a classifier"
+    if meta.per_step:
+        return "a label per step: aeon's classifiers give one label per series"
+    return None
+
+
+def choose(meta: Meta, train: Split, val: Split, test: Split) -> Choice | str:
+    """The strongest candidate that accepts the dataset, with its inputs; or one line saying why
+    none does (not an error: the report shows the line)."""
+    refused = task_refusal(meta)
+    if refused:
+        return refused
+    found = {name: _series(split) for name, split in (("train", train), ("val", val), ("test", test))}
+    for name, got in found.items():
+        if isinstance(got, str):
+            return f"{got} (the {name} split)"
+    every = [s for got in found.values() for s in got]
+    equal = len({s.shape[1] for s in every}) == 1
+    fit_on = found["train"] + found["val"]
+    labels = np.concatenate([train.y, val.y]).astype(np.int64)
+    return Choice(MINIROCKET if equal else DTW, _stacked(fit_on, equal), labels, _stacked(found["test"], equal))

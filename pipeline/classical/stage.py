@@ -1,0 +1,96 @@
+"""`ctsweep classical DATASET`: the classical reference of one prepared dataset, scored as the
+trials are, written to results/DATASET/classical.json.
+
+    status          "ok", "failed" (the classifier raised or ran out of time: `reason`) or
+                    "not_applicable" (no aeon classifier accepts the data: `reason`)
+    classifier      MiniRocket or 1-NN DTW (pipeline.classical.choice), with `library` (aeon's version)
+    metric, test    the dataset's metric on the test split (pipeline.training.metrics.score)
+    train_seconds   the classifier's training time on one core (fit only)
+    trained_on      "train+val": it has nothing to tune, so the validation split trains it too
+    n_train, n_test, seed, time_limit_s
+
+The file is replaced whole or not at all (pipeline.stores.files.write_json), and only a readable
+processed dataset gets one: a corrupt one raises the error that names `ctsweep prepare`.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.classical.choice import choose, task_refusal
+from pipeline.classical.fit import Fitted, fit_predict
+from pipeline.config import ClassicalParams
+from pipeline.data.contract import Meta, Split, load_dataset, load_meta
+from pipeline.stores.files import write_json
+from pipeline.stores.paths import classical_result_path, processed_dir
+
+TRAINED_ON = "train+val"
+
+
+def _outputs(meta: Meta, fitted: Fitted) -> np.ndarray:
+    """The test split's outputs shaped as a model's, (N, O), from the class probabilities: the
+    probabilities themselves for several classes, the log-odds of class 1 for a binary task."""
+    k = 2 if meta.task == "binary" else meta.output_size
+    full = np.zeros((len(fitted.probabilities), k))
+    full[:, fitted.classes] = fitted.probabilities
+    if meta.task != "binary":
+        return full
+    p = np.clip(full[:, 1], 1e-7, 1 - 1e-7)
+    return np.log(p / (1 - p))[:, None]
+
+
+def _score(meta: Meta, test: Split, fitted: Fitted) -> float:
+    import torch
+
+    from pipeline.training.metrics import score
+
+    output = torch.from_numpy(_outputs(meta, fitted).astype(np.float32))
+    return score(meta, output, torch.from_numpy(test.y), torch.from_numpy(test.mask))
+
+
+def _base(meta: Meta, params: ClassicalParams) -> dict[str, Any]:
+    return {"library": f"aeon {version('aeon')}", "metric": meta.metric, "seed": params.seed,
+            "time_limit_s": params.time_limit_s}
+
+
+def evaluate(meta: Meta, splits: dict[str, Split], params: ClassicalParams) -> dict[str, Any]:
+    """The record (module docstring) of the classical reference of a dataset's splits."""
+    base = _base(meta, params)
+    choice = choose(meta, splits["train"], splits["val"], splits["test"])
+    if isinstance(choice, str):
+        return {"status": "not_applicable", "reason": choice, **base}
+    fitted = fit_predict(choice, params.seed, params.time_limit_s)
+    sizes = {"n_train": len(choice.y_train), "n_test": len(splits["test"])}
+    if isinstance(fitted, str):
+        return {"status": "failed", "classifier": choice.classifier, "reason": fitted, **base, **sizes}
+    return {"status": "ok", "classifier": choice.classifier, "test": round(_score(meta, splits["test"], fitted), 6),
+            "train_seconds": round(fitted.seconds, 3), "trained_on": TRAINED_ON, **base, **sizes}
+
+
+def run(root: Path, dataset: str, params: ClassicalParams) -> dict[str, Any]:
+    """Compute and write results/DATASET/classical.json; returns the record."""
+    folder = processed_dir(root, dataset)
+    meta = load_meta(folder)  # a task no classifier fits is told without reading the arrays
+    refused = task_refusal(meta)
+    if refused:
+        record = {"dataset": dataset, "status": "not_applicable", "reason": refused, **_base(meta, params)}
+    else:
+        data = load_dataset(folder)
+        record = {"dataset": dataset, **evaluate(data.meta, data.splits, params)}
+    write_json(classical_result_path(root, dataset), record)
+    return record
+
+
+def summary(record: dict[str, Any]) -> str:
+    """One line for the command's output."""
+    if record["status"] == "ok":
+        return (f"{record['dataset']}: {record['classifier']} ({record['library']}) test {record['metric']} "
+                f"{record['test']:.4f}, trained in {record['train_seconds']:.1f} s on one core")
+    what = "failed" if record["status"] == "failed" else "no classical reference"
+    return f"{record['dataset']}: {what}: {record['reason']}"
+
+
