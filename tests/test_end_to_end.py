@@ -32,6 +32,7 @@ from filelock import FileLock
 from mlflow.tracking import MlflowClient
 
 from pipeline.data.contract import load_dataset
+from pipeline.runtime import machine
 from tests.conftest import REPO, default_params, stages_run, write_params
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # minutes here: docs/development/tests.md
@@ -164,6 +165,17 @@ def test_outputs_and_tables(repro: tuple[Path, str]) -> None:
     assert all(f in table for f in FAMILIES) and "±" in table and "(best)" in table
     for section in ("Learning-rate robustness", "Hyperparameter importance", "## Provenance", "`prepare@"):
         assert section in table
+    # every trial and seed recorded the machine it ran on (this one) and its threads; the report too
+    here = machine.describe("cpu")
+    name = machine.fingerprint(here)
+    for family in FAMILIES:
+        for kind, runs in (("search", "trials"), ("final", "seeds")):
+            record = _json(root, "results", DATASET, kind, f"{family}.json")
+            assert record["machines"] == {name: here}, (family, kind)
+            assert all(r["machine"] == name and r["threads"] >= 1 for r in record[runs]), (family, kind)
+    assert metrics["_machines"][name]["used_by"] == sorted(f"{DATASET}/{f} {k}" for f in FAMILIES
+                                                           for k in ("search", "final"))
+    assert f"- machine `{name}`: {here['cpu']} ({here['cores']} cores, {here['isa']}" in table
     # the classical stage ran and found the irregularly sampled series beyond aeon's classifiers: one line
     classical = metrics["_baselines"][DATASET]["classical"]
     assert classical["status"] == "not_applicable" and "unevenly spaced" in classical["reason"]

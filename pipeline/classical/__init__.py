@@ -10,5 +10,5 @@ split, so that a table's numbers can be read against what a reader would use ins
 What the report shows of it (a row under the table, a line beneath, metrics.json's entry) is the
 report stage's: pipeline/reporting/classical_reference.py.
 
-Imports: errors, stores, config, data, training.
+Imports: errors, runtime, stores, config, data, training.
 """

@@ -8,6 +8,7 @@ trials are, written to results/DATASET/classical.json.
     train_seconds   the classifier's training time on one core (fit only)
     trained_on      "train+val": it has nothing to tune, so the validation split trains it too
     n_train, n_test, seed, time_limit_s
+    machine, threads the machine it trained on (pipeline.runtime.machine) and its one thread
 
 The file is replaced whole or not at all (pipeline.stores.files.write_json), and only a readable
 processed dataset gets one: a corrupt one raises the error that names `ctsweep prepare`.
@@ -24,6 +25,7 @@ import numpy as np
 from pipeline.classical.choice import choose, task_refusal
 from pipeline.classical.fit import Fitted, fit_predict
 from pipeline.config import ClassicalParams
+from pipeline.runtime import machine
 from pipeline.data.contract import Meta, Split, load_dataset, load_meta
 from pipeline.stores.files import write_json
 from pipeline.stores.paths import classical_result_path, processed_dir
@@ -53,8 +55,9 @@ def _score(meta: Meta, test: Split, fitted: Fitted) -> float:
 
 
 def _base(meta: Meta, params: ClassicalParams) -> dict[str, Any]:
+    # the child that trains it runs on this machine, on one thread (pipeline.classical.fit)
     return {"library": f"aeon {version('aeon')}", "metric": meta.metric, "seed": params.seed,
-            "time_limit_s": params.time_limit_s}
+            "time_limit_s": params.time_limit_s, "machine": machine.describe("cpu"), "threads": 1}
 
 
 def evaluate(meta: Meta, splits: dict[str, Split], params: ClassicalParams) -> dict[str, Any]:

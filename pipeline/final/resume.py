@@ -20,6 +20,7 @@ from typing import Any
 import mlflow
 import torch
 
+from pipeline.runtime import machine
 from pipeline.stores import tracking
 from pipeline.config import FinalParams
 from pipeline.data.inputs import fingerprint as data_fingerprint
@@ -107,7 +108,9 @@ def finished_seeds(client: tracking.MlflowClient, exp_id: str, parent: str) -> d
                       "steps": None if "steps" not in metrics else int(metrics["steps"]),
                       "steps_per_epoch": None if "steps_per_epoch" not in metrics else int(metrics["steps_per_epoch"]),
                       "train_loss_curve": [losses["train_loss"][s] for s in sorted(losses["train_loss"])],
-                      "val_loss_curve": [losses["val_loss"][s] for s in sorted(losses["val_loss"])]}
+                      "val_loss_curve": [losses["val_loss"][s] for s in sorted(losses["val_loss"])],
+                      # tagged since results record their machine (absent before: None)
+                      **dict(zip(("machine", "threads"), machine.from_tags(run.data.tags)))}
     return found
 
 

@@ -3,6 +3,7 @@ over the cluster at once (pipeline.final.stage runs them)."""
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from pipeline.final import resume as final_resume
 from pipeline.stores import tracking
 from pipeline.data.contract import Dataset
 from pipeline.data.resplit import per_seed_validation
+from pipeline.runtime import machine
 from pipeline.runtime.collector import freeze_survivors
 from pipeline.runtime.interrupts import deferred
 from pipeline.spaces import split_config
@@ -68,7 +70,10 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
     copy of the project); returns its metrics, learning curve and best-validation weights."""
     torch.set_num_threads(max(1, int(job.cpus)))
     client = tracking.MlflowClient(job.tracking_uri)
-    run_id = tracking.start_run(client, job.experiment_id, job.run_name, job.tags, parent_run_id=job.parent_run_id)
+    threads = max(1, int(job.cpus))
+    described = machine.run_tags(device_for(job.gpus), threads)
+    run_id = tracking.start_run(client, job.experiment_id, job.run_name, {**job.tags, **described},
+                                parent_run_id=job.parent_run_id)
     tracking.log_params(client, run_id, {**job.config, "seed": job.seed, "epochs": job.epochs,
                                          "lr_factor": job.lr_factor, "final_patience": job.patience,
                                          "time_limit_s": job.time_limit_s, "min_steps": job.min_steps,
@@ -92,7 +97,8 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
                   "num_params": trainer.model.num_parameters(), "seconds_per_epoch": statistics.median(run.seconds),
                   "curve": run.curve, "mlflow_run_id": run_id, "stop": run.stop, "best_epoch": run.best_epoch,
                   "repeat": job.repeat, "steps": run.steps, "steps_per_epoch": run.steps_per_epoch,
-                  "train_loss_curve": run.train_losses, "val_loss_curve": run.val_losses}
+                  "train_loss_curve": run.train_losses, "val_loss_curve": run.val_losses,
+                  "machine": json.loads(described[machine.MACHINE_TAG]), "threads": threads}
         tracking.log_metrics(client, run_id, {"final_val": val, "final_val_loss": val_loss, "final_test": result["test"],
                                               "num_params": result["num_params"], "best_epoch": run.best_epoch,
                                               "steps": run.steps, "steps_per_epoch": run.steps_per_epoch,

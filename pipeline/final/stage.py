@@ -23,6 +23,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
+from pipeline.runtime.machine import machines_of
 from pipeline.final import resume as final_resume
 from pipeline.stores import staleness
 from pipeline.stores import tracking
@@ -218,7 +219,8 @@ def _record(dataset: str, family: str, searched: dict[str, Any], runs: list[dict
     val_mean, val_std = _summary([r["val"] for r in runs])
     test_mean, test_std = _summary([r["test"] for r in runs])
     keep = ("seed", "repeat", "val", "val_loss", "test", "num_params", "seconds_per_epoch", "curve", "mlflow_run_id",
-            "steps", "steps_per_epoch", "train_loss_curve", "val_loss_curve")
+            "steps", "steps_per_epoch", "train_loss_curve", "val_loss_curve", "threads")
+    machines = machines_of([r.get("machine") for r in runs])
     return {
         "status": "ok", "dataset": dataset, "family": family, "metric": searched["metric"], "mode": searched["mode"],
         "config": searched["best_config"], "epochs": p.epochs, "max_epochs": p.epochs, "patience": p.patience,
@@ -228,7 +230,8 @@ def _record(dataset: str, family: str, searched: dict[str, Any], runs: list[dict
         "test_mean": test_mean, "test_std": test_std, "params": runs[0]["num_params"],
         "seconds_per_epoch": statistics.median(r["seconds_per_epoch"] for r in runs),
         "n_trials": searched["n_trials"], "n_failed": searched["n_failed"],
-        "seeds": [{**{k: r.get(k) for k in keep}, **stopping(r, searched["mode"])} for r in runs],
-        **between_repeats(searched, runs),
+        "seeds": [{**{k: r.get(k) for k in keep}, "machine": machines.name(r.get("machine")),
+                   **stopping(r, searched["mode"])} for r in runs],
+        **between_repeats(searched, runs), "machines": machines.described,
     }
 

@@ -8,10 +8,10 @@ of its space, mostly failed searches, failed cells, no better than the trivial b
 stand under every table: trivial.py), the classical reference row beneath them
 (classical_reference.py, reading what the classical stage wrote), each search's gain over its reference configuration
 (search_gain.py), and `ctsweep status`, which reads those marks back from reports/metrics.json,
-and `ctsweep compare`, which names the first difference between two project roots' results
-(compare.py). `promote` uses the same marks to refuse a candidate.
+and `ctsweep compare`, which names the first difference between two project roots' results,
+a difference of machine before any (compare.py). `promote` uses the same marks to refuse a candidate.
 
-Imports: errors, stores, config, data, training, sweep (budget.MIN_STEPS, the step floor the not-converged rule
+Imports: errors, runtime, stores, config, data, training, sweep (budget.MIN_STEPS, the step floor the not-converged rule
 shares with training; metrics.score, which scores the trivial baselines as trials are scored; data.contract,
 the processed splits the trivial baselines read; sensitivity.MIN_TRIALS, the fewest trials an importance is
 shown from).

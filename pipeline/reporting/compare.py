@@ -12,7 +12,10 @@ Rules, kept simple:
 - keys of IGNORED are skipped wherever they are: they differ between two honest runs;
 - a string that is an absolute path inside its root compares as `<root>/` plus the rest, so
   `/home/a/proj/results/x.json` in A equals `/srv/b/results/x.json` in B;
-- a file or key present on one side only is a difference whose other value is MISSING.
+- a file or key present on one side only is a difference whose other value is MISSING;
+- results from different machines (their `machines`, pipeline.runtime.machine) give one
+  difference before all the others, naming what differs (CPU, instruction set, versions, device):
+  the numbers after it may differ because of the machine, not the code.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from typing import Any, Iterator
 
 from pipeline.errors import MissingInputError
 from pipeline.stores.files import read_json
+from pipeline.reporting.status import MACHINES
+from pipeline.runtime.machine import fingerprint
 from pipeline.stores.paths import reports_dir
 
 IGNORED: frozenset[str] = frozenset({
@@ -33,7 +38,7 @@ IGNORED: frozenset[str] = frozenset({
     "mlflow_run_id", "mlflow_parent_run_id", "trial_id", "ray_experiment_path", "optuna_storage",
     "optuna_study", "model_uri",
     # wall-clock times: they depend on the machine and its load, not on what was computed
-    "seconds_per_epoch", "epoch_seconds", "seconds", "wall_s",
+    "seconds_per_epoch", "epoch_seconds", "seconds", "wall_s", "train_seconds",
     # how this run got there (resumed, reused finished seeds, skipped as up to date), not what it got
     "resumed", "reused_seeds", "up_to_date",
     # the stamp of what a record was computed from (pipeline/stores/staleness.py): a final record's
@@ -115,8 +120,9 @@ def compare_runs(a: Path, b: Path, tolerance: float = 0.0) -> list[Difference]:
     equal; 0.0 (the default) compares them bit for bit, the check for a deterministic rerun on
     CPUs; GPU runs may need e.g. 1e-6. Corrupt JSON raises CorruptInputError naming the file."""
     a, b = Path(a).resolve(), Path(b).resolve()
-    found: list[Difference] = []
-    for rel in compared_files(a, b):
+    files = compared_files(a, b)
+    found: list[Difference] = machine_differences(a, b, files)
+    for rel in files:
         left, right = _load(a, rel), _load(b, rel)
         if left is MISSING or right is MISSING:
             found.append(Difference(rel, "", left, right))
@@ -124,6 +130,43 @@ def compare_runs(a: Path, b: Path, tolerance: float = 0.0) -> list[Difference]:
         found += [Difference(rel, key, x, y)
                   for key, x, y in _walk(left, right, "", _Roots(a, b), tolerance)]
     return found
+
+
+def machines(root: Path, files: list[str]) -> dict[str, dict[str, Any]]:
+    """Every machine the compared files of `root` record (fingerprint -> description): the search
+    and final records' `machines`, metrics.json's `_machines` (pipeline.runtime.machine)."""
+    found: dict[str, dict[str, Any]] = {}
+    for rel in files:
+        content = _load(root, rel)
+        held = content.get(MACHINES if rel == "reports/metrics.json" else "machines") \
+            if isinstance(content, dict) else None
+        if isinstance(held, dict):
+            found.update({k: v for k, v in held.items() if isinstance(v, dict)})
+        single = content.get("machine") if isinstance(content, dict) else None
+        if isinstance(single, dict):  # a record of one process (the classical reference)
+            found[fingerprint(single)] = single
+    return dict(sorted(found.items()))
+
+
+def _machine_summary(found: dict[str, dict[str, Any]]) -> str:
+    if not found:
+        return "none recorded"
+    return "; ".join(f"{d.get('cpu')}, {d.get('isa')}, torch {d.get('torch')}, {d.get('device')}"
+                     for d in found.values())
+
+
+def machine_differences(a: Path, b: Path, files: list[str]) -> list[Difference]:
+    """One difference, first of all, when the two roots' results come from different machines
+    (another CPU, instruction set, library version or device): numbers that differ after it may
+    be the machine's doing, not the code's. It names the description keys that differ."""
+    ma, mb = machines(a, files), machines(b, files)
+    if set(ma) == set(mb):
+        return []
+    every = [*ma.values(), *mb.values()]
+    keys = sorted(k for k in {k for d in every for k in d}
+                  if len({json.dumps(d.get(k), sort_keys=True) for d in every}) > 1)
+    what = f"another machine (differing: {', '.join(keys)})" if ma and mb else "another machine"
+    return [Difference("machine", what, _machine_summary(ma), _machine_summary(mb))]
 
 
 def _load(root: Path, rel: str) -> Any:

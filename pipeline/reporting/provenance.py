@@ -111,3 +111,22 @@ def data_notes(finals: dict[str, dict[str, dict[str, Any]]]) -> dict[str, str]:
         if found:  # several only when families were trained on differently prepared data
             notes[dataset] = " | ".join(found)
     return notes
+
+
+def machine_notes(finals: dict[str, dict[str, dict[str, Any]]],
+                  searches: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Every machine the report's search trials and final seeds ran on (pipeline.runtime.machine):
+    fingerprint -> {its description, "threads": the threads its trials and seeds trained with,
+    "used_by": ["<dataset>/<family> search", "... final"]}; records from before machines were
+    recorded add nothing."""
+    notes: dict[str, dict[str, Any]] = {}
+    for kind, records in (("search", searches), ("final", finals)):
+        for dataset, by_family in records.items():
+            for family, record in by_family.items():
+                runs = record.get("trials") if kind == "search" else record.get("seeds")
+                for name, description in (record.get("machines") or {}).items():
+                    note = notes.setdefault(name, {**description, "threads": set(), "used_by": set()})
+                    note["used_by"].add(f"{dataset}/{family} {kind}")
+                    note["threads"] |= {r["threads"] for r in runs or [] if r.get("machine") == name and r.get("threads")}
+    return {name: {**note, "threads": sorted(note["threads"]), "used_by": sorted(note["used_by"])}
+            for name, note in sorted(notes.items())}

@@ -74,11 +74,11 @@ from pipeline.reporting.cross_dataset import Comparison, Refusal
 from pipeline.reporting.cross_tables import across_lines, published_lines
 from pipeline.reporting.dvc_metrics import drop_stale, write_cells
 from pipeline.reporting.marks import Mark, cell_marks, is_failed
-from pipeline.reporting.provenance import data_notes, stamp
+from pipeline.reporting.provenance import data_notes, machine_notes, stamp
 from pipeline.reporting.records import collect, read_search, split
 from pipeline.reporting.references import References, load_references
 from pipeline.reporting.search_gain import Gain, search_gain
-from pipeline.reporting.status import BASELINES
+from pipeline.reporting.status import BASELINES, MACHINES
 from pipeline.reporting.tables import (data_lines, provenance_lines, references_lines, repeated, results_table,
                                        robustness_lines, sensitivity_lines, welch_vs_best)
 from pipeline.stores.schema import FINAL_FOR_REPORT
@@ -315,6 +315,7 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
     provenance = {**stamp(root, datasets, families),  # before writing: rewritten plots would look like edits
                   "data": data_notes(finals)}
     searches = {d: {f: read_search(root, d, f) for f in split(finals[d])[0]} for d in datasets}
+    provenance["machines"] = machine_notes(finals, searches)
     marks = {d: {f: cell_marks(r, searches[d].get(f)) for f, r in res.items()} for d, res in finals.items()}
     trials = {d: {f: show_your_work.curve(show_your_work.trial_scores(s), _mode(finals[d])) for f, s in found.items()}
               for d, found in searches.items()}
@@ -348,6 +349,7 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
             pngs[dataset] = [out / p.relative_to(stage) for p in written]
         if across is not None:  # after the datasets, under a key no dataset can have
             metrics[cross_dataset.METRICS_KEY] = cross_dataset.as_json(across)
+        metrics[MACHINES] = provenance["machines"]  # what `ctsweep compare` names first when it differs
         metrics[BASELINES] = {d: {**trivial.as_json(baselines[d], _mode(finals[d])),
                                   "classical": classical.as_json(references[d])} for d in finals}
         drawn = [out / p.relative_to(stage) for p in cross_plots.write_outputs(stage, across)]

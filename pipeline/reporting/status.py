@@ -25,7 +25,8 @@ PRODUCER = "ctsweep report"
 # (pipeline.names), so a key starting with "_" can never be a dataset's.
 ACROSS_DATASETS = "_across_datasets"
 BASELINES = "_baselines"  # dataset -> its trivial baselines (pipeline.reporting.trivial)
-METRICS_SPEC = {f"{ACROSS_DATASETS}?": dict, f"{BASELINES}?": MapOf(dict),
+MACHINES = "_machines"  # fingerprint -> a machine the trials and seeds ran on (pipeline.runtime.machine)
+METRICS_SPEC = {f"{ACROSS_DATASETS}?": dict, f"{BASELINES}?": MapOf(dict), f"{MACHINES}?": MapOf(dict),
                 "*": MapOf({"status?": OneOf("ok", "failed"), "marks?": ListOf({"mark": str, "detail": str})})}
 
 

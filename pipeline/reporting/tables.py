@@ -224,9 +224,32 @@ def data_lines(note: str | None) -> list[str]:
     return [f"**Data:** {note} (data/raw.lock says why).", ""] if note else []
 
 
+def _stages_of(used_by: list[str]) -> str:
+    """["x/cfc final", "x/cfc search", "x/ncde search"] -> "x/cfc (search, final), x/ncde (search)"."""
+    cells: dict[str, list[str]] = {}
+    for entry in used_by:
+        cell, kind = entry.rsplit(" ", 1)
+        cells.setdefault(cell, []).append(kind)
+    return ", ".join(f"{c} ({', '.join(sorted(k, reverse=True))})" for c, k in cells.items())
+
+
+def machine_lines(machines: dict[str, dict[str, Any]]) -> list[str]:
+    """The provenance's lines of the machines the trials and seeds ran on (provenance.machine_notes)."""
+    if not machines:
+        return ["- machine: not recorded (results from before runs recorded it)"]
+    lines = []
+    for name, m in machines.items():
+        threads = ", ".join(map(str, m["threads"])) or "?"
+        lines.append(f"- machine `{name}`: {m['cpu']} ({m['cores']} cores, {m['isa']}, CPU flags {m['cpu_flags']}), "
+                     f"device {m['device']}; torch {m['torch']}, numpy {m['numpy']}, BLAS {m['blas']}, "
+                     f"Python {m['python']}; threads per trial or seed: {threads}; ran {_stages_of(m['used_by'])}")
+    return lines
+
+
 def provenance_lines(stamp: dict[str, Any]) -> list[str]:
     lines = ["## Provenance", "", f"- git commit: `{stamp['commit']}`"]
     lines += [f"- data of `{dataset}`: {note}" for dataset, note in stamp.get("data", {}).items()]
+    lines += machine_lines(stamp.get("machines", {}))
     if stamp["dvc_lock"]:
         lines.append("- data and results (md5 from `dvc.lock`):")
         for stage, outs in stamp["dvc_lock"].items():

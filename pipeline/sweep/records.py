@@ -15,6 +15,7 @@ from typing import Any
 from pipeline.config import SearchParams
 from pipeline.data.provenance import provenance_fields
 from pipeline.errors import TrialFailedError
+from pipeline.runtime import machine
 from pipeline.stores import staleness, tracking
 from pipeline.stores.database_url import masked
 from pipeline.sweep import run_lookup, sensitivity
@@ -261,6 +262,7 @@ def family_record(root: Path, dataset: str, p: SearchParams, meta: Any, plan: Fa
     threads = record_workers(sensitivity.storage_url(root, p.optuna_storage), client.tracking_uri, TRIAL_THREADS)
     records = trial_records(results, meta.mode, p.trial_seed, client, exp_id, parent, threads)
     runs = run_lookup.children(client, exp_id, parent)  # read after every trial ended: their last state
+    machines = _with_machines(records, {run.info.run_id: run for run in runs})
     close_runs(client, records, p.epochs, {run.info.run_id: run for run in runs}, threads)
     close_orphans(client, exp_id, parent, records, runs)
     repeats = [_repeat_record(root, dataset, p, meta, plan, searcher, scheduler, repeat,
@@ -273,9 +275,22 @@ def family_record(root: Path, dataset: str, p: SearchParams, meta: Any, plan: Fa
         record["repeats"] = [{k: v for k, v in r.items() if k in REPEAT_KEYS} for r in repeats]
         if record["status"] == "failed":  # every repeat failed: the reasons of them all
             record["errors"] = failure_reasons(records)
-    record.update(ray_experiment_path=path, resumed=plan.resumed, searched_with=sorted(searcher.families),
+    record.update(machines=machines, ray_experiment_path=path, resumed=plan.resumed,
+                  searched_with=sorted(searcher.families),
                   **provenance_fields(meta), **{staleness.DIGEST_KEY: plan.digest})
     return record
+
+
+def _with_machines(records: list[dict[str, Any]], runs: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Give each trial record the machine (its fingerprint) and threads its run was tagged with
+    (pipeline.runtime.machine; None for a run without the tags) and return the machines named."""
+    described = {r["mlflow_run_id"]: machine.from_tags(runs[r["mlflow_run_id"]].data.tags)
+                 if r.get("mlflow_run_id") in runs else (None, None) for r in records}
+    machines = machine.machines_of([d for d, _ in described.values()])
+    for r in records:
+        found, threads = described[r.get("mlflow_run_id")]
+        r.update(machine=machines.name(found), threads=threads)
+    return machines.described
 
 
 # What the record keeps of each repeat (its trials are in the record's `trials`, tagged `repeat`).

@@ -34,6 +34,7 @@ from ray import tune
 from pipeline.stores import tracking
 from pipeline.data.contract import Dataset
 from pipeline.errors import TrialFailedError
+from pipeline.runtime import machine
 from pipeline.runtime.collector import freeze_survivors
 from pipeline.stores.schema import DATA_PROVENANCE
 from pipeline.spaces import split_config
@@ -112,6 +113,8 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
     torch.set_num_threads(max(1, int(ctx.cpus)))  # concurrent trials must not fight over cores
     client = tracking.MlflowClient(ctx.tracking_uri)
     run_id = trial_run(client, ctx, tune.get_context().get_trial_id(), config)
+    # the machine and threads it trains with, on its run: the search record and report carry them
+    tracking.set_tags(client, run_id, machine.run_tags(device_for(ctx.gpus), max(1, int(ctx.cpus))))
     if ctx.workers > 1:
         from pipeline.sweep.distributed import run_data_parallel  # Ray Train: only for data-parallel trials
 
