@@ -1,7 +1,8 @@
 """Convergence benchmark: is the final stage's budget long enough for the searched best configurations?
 
     .venv/bin/python -m benchmarks.convergence [--root .] [--factor 4] [--families a,b] [--datasets d]
-                                               [--workers 2] [--device cpu] [--out benchmarks/results] [--quick]
+                                               [--seeds N] [--workers 2] [--device cpu]
+                                               [--out benchmarks/results] [--quick]
 
 For every (dataset, family) of the project's params.yaml with a final record
 (results/<dataset>/final/<family>.json) of status "ok", each nominal seed of that record trains
@@ -9,7 +10,12 @@ its best configuration again from scratch with `--factor` times the budget: maxi
 patience, the floor of optimiser steps (`final.min_steps`, so an epoch keeps its passes and the
 run --factor times its steps) and wall-clock cap all multiplied. The loop is the final stage's (best validation epoch's
 weights kept, then scored on val and test), without Ray or MLflow. Writes convergence.json and
-convergence.md to --out and prints the Markdown.
+convergence.md to --out and prints the Markdown. `--seeds N` retrains the record's first N seeds only.
+
+Each seed's result is appended to SEEDS_LOG in --out as it ends; a run started again with the
+same --out, factor and records trains only the seeds that log lacks (a run of hours on a small
+machine resumes where it was stopped). A seed is the same when its cell, seed, configuration and
+long budget are.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
+SEEDS_LOG = "convergence-seeds.jsonl"  # one finished seed per line: the run resumes from it
 TOLERANCE = 3.0  # points: a default test mean this close to the long budget's counts as converged
 QUICK_EPOCHS = 2
 # Only light imports up here: spawned workers import this module; torch and the pipeline come in later.
@@ -56,6 +63,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--factor", type=float, default=4.0, help="budget multiplier (epochs, patience, time limit)")
     p.add_argument("--families", default="", help="comma-separated (default: params.yaml's families)")
     p.add_argument("--datasets", default="", help="comma-separated (default: params.yaml's datasets)")
+    p.add_argument("--seeds", type=int, default=0, help="retrain only each record's first N seeds (0: all)")
     p.add_argument("--workers", type=int, default=2, help="seeds trained at a time, one process and torch thread each")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (every worker on it)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
@@ -63,8 +71,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.factor = 1.0
-    if args.factor <= 0 or args.workers < 1:
-        p.error("--factor must be > 0 and --workers >= 1")
+    if args.factor <= 0 or args.workers < 1 or args.seeds < 0:
+        p.error("--factor must be > 0, --workers >= 1 and --seeds >= 0")
     args.root = args.root.resolve()
     return args
 
@@ -78,7 +86,7 @@ def plan(record: dict[str, Any], data_dir: Path, args: argparse.Namespace) -> li
     epochs = max(1, round(record.get("max_epochs", record["epochs"]) * args.factor))
     patience = _scaled(record.get("patience"), args.factor)
     patience = None if patience is None else max(1, round(patience))
-    seeds = [s["seed"] for s in record["seeds"]]
+    seeds = [s["seed"] for s in record["seeds"]][:args.seeds or None]
     if args.quick:
         seeds, epochs = seeds[:1], min(epochs, QUICK_EPOCHS)
         patience = None if patience is None else min(patience, epochs)
@@ -163,6 +171,35 @@ def run_jobs(jobs: list[SeedJob], workers: int,
             print(f"  {job.dataset}/{job.family} seed {job.seed}: {out['status']} "
                   f"{out.get('test', out.get('error', ''))} ({out['seconds']:.0f} s)", file=sys.stderr, flush=True)
     return results
+
+
+def job_key(job: SeedJob) -> str:
+    """What makes two seed jobs the same (SEEDS_LOG): every field of the job but where its data lies."""
+    from dataclasses import asdict
+
+    return json.dumps({k: v for k, v in asdict(job).items() if k != "data_dir"}, sort_keys=True)
+
+
+def logged(out: Path) -> dict[str, dict[str, Any]]:
+    """{job_key: result} of the seeds SEEDS_LOG in `out` holds (a line cut short by a stop is skipped)."""
+    path = out / SEEDS_LOG
+    found = {}
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        found[entry["key"]] = entry["result"]
+    return found
+
+
+def log_result(out: Path, job: SeedJob, result: dict[str, Any]) -> None:
+    """Append one finished seed to SEEDS_LOG in `out` (one line, flushed: a stop loses no finished seed)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / SEEDS_LOG, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"key": job_key(job), "result": result}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
@@ -281,7 +318,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     estimate = estimate_seconds(per_epoch, flat, args.workers)
     print(f"convergence: {len(flat)} seeds in {len(records)} cells, about {estimate / 60:.0f} min of training",
           file=sys.stderr, flush=True)
-    done = run_jobs(flat, args.workers) if flat else []
+    kept = logged(args.out)
+    done = [{**kept[job_key(j)], "dataset": j.dataset, "family": j.family} for j in flat if job_key(j) in kept]
+    todo = [j for j in flat if job_key(j) not in kept]
+    if done:
+        print(f"convergence: {len(done)} seeds already in {args.out / SEEDS_LOG}, {len(todo)} to train",
+              file=sys.stderr, flush=True)
+    done += run_jobs(todo, args.workers, lambda job, out: log_result(args.out, job, out)) if todo else []
     rows = [summarise(r, jobs[(r["dataset"], r["family"])],
                       [x for x in done if (x["dataset"], x["family"]) == (r["dataset"], r["family"])], args.factor)
             for r in records]

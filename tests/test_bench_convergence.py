@@ -91,3 +91,21 @@ def test_factor_two_run_on_a_tiny_project(tiny: Path, tmp_path: Path) -> None:
     markdown = (out / "convergence.md").read_text()
     assert "| xor_event | cfc | accuracy | 50.0 ± 2.8 | 2 of 2 (2 max_epochs) |" in markdown
     assert "Skipped: xor_event/ncde (every search trial failed)" in markdown
+
+
+def test_a_stopped_run_resumes_from_its_seeds_log_and_seeds_limits_the_seeds(tiny: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = convergence.main(["--root", str(tiny), "--factor", "1", "--seeds", "1", "--out", str(out)])
+    [cell] = first["cells"]
+    assert [s["seed"] for s in cell["seeds"]] == [0]  # the record's first seed only
+    log = (out / convergence.SEEDS_LOG).read_text().splitlines()
+    assert len(log) == 1 and json.loads(log[0])["result"]["seed"] == 0
+    # a second run over both seeds trains only seed 1, and keeps seed 0's result as logged
+    second = convergence.main(["--root", str(tiny), "--factor", "1", "--out", str(out)])
+    [again] = second["cells"]
+    assert [s["seed"] for s in again["seeds"]] == [0, 1]
+    assert again["seeds"][0] == {**cell["seeds"][0]}
+    assert len((out / convergence.SEEDS_LOG).read_text().splitlines()) == 2
+    # another budget is another job: nothing reused
+    jobs = convergence.plan(_record(), Path("/d"), convergence.parse_args(["--factor", "2"]))
+    assert convergence.job_key(jobs[0]) not in convergence.logged(out)
