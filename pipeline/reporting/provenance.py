@@ -89,14 +89,15 @@ def dvc_hashes(root: Path, stages: list[str], families: list[str] | None = None)
 
 def stages_of(datasets: list[str], families: list[str]) -> list[str]:
     """The dvc.lock stage names whose outputs the report reads, as dvc.yaml names them (one search
-    and one final stage per dataset, holding every family: their outputs are folders)."""
-    return [f"{kind}@{d}" for kind in ("prepare", "search", "final") for d in datasets]
+    and one final stage per dataset, holding every family: their outputs are folders; the
+    classical reference's file)."""
+    return [f"{kind}@{d}" for kind in ("prepare", "search", "final", "classical") for d in datasets]
 
 
 def stamp(root: Path, datasets: list[str], families: list[str]) -> dict[str, Any]:
     """{"commit", "dvc_lock": {stage: {path: md5}}, "params": the params.yaml sections used}."""
     raw = read_yaml(root / "params.yaml") or {}
-    params = {k: raw[k] for k in ("datasets", "families", "search", "final", "promote") if k in raw}
+    params = {k: raw[k] for k in ("datasets", "families", "search", "final", "promote", "classical") if k in raw}
     params["prepare"] = {d: raw.get("prepare", {}).get(d) for d in datasets}
     return {"commit": git_commit(root), "dvc_lock": dvc_hashes(root, stages_of(datasets, families), families),
             "params": params}
