@@ -51,7 +51,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _warm_up(choice: Choice, seed: int) -> None:
     """Fit and predict on a few series first: aeon's numba kernels compile on first use (26 s for
-    MiniRocket on this project's 2-core machine, against 0.5 s for a fit once compiled), and the
+    MiniRocket on GunPoint on this project's 2-core machine, against 0.1 s for its fit once compiled), and the
     training time reported is the classifier's, not the compiler's."""
     first = [int(i) for i in np.unique(choice.y_train, return_index=True)[1]]
     few = sorted(set(first) | set(range(min(8, len(choice.y_train)))))

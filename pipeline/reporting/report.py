@@ -212,7 +212,7 @@ def _paper_points(refs: References, dataset: str, results: dict[str, dict[str, A
     return points
 
 
-def _reference_ranks(finals: dict[str, dict[str, dict[str, Any]]], references: dict[str, classical.Reference],
+def _reference_ranks(finals: dict[str, dict[str, dict[str, Any]]], classical_refs: dict[str, classical.Reference],
                      across: Comparison | Refusal | None) -> dict[str, float]:
     """dataset -> the rank its classical reference would take among the compared families' test
     means (the across-datasets table's families); empty where the datasets are not compared."""
@@ -221,7 +221,7 @@ def _reference_ranks(finals: dict[str, dict[str, dict[str, Any]]], references: d
     ranks = {}
     for d in across.datasets:
         tests = [finals[d][f]["test_mean"] for f in across.mean_ranks]
-        rank = classical.would_rank(references.get(d), tests, across.metric, across.mode)
+        rank = classical.would_rank(classical_refs.get(d), tests, across.metric, across.mode)
         ranks.update({d: rank} if rank is not None else {})
     return ranks
 
@@ -261,14 +261,14 @@ def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dic
                      marks: dict[str, dict[str, list[Mark]]], refs: References, provenance: dict[str, Any],
                      images: str = "plots/", across: Comparison | Refusal | None = None,
                      baselines: dict[str, list[trivial.Trivial] | str] | None = None,
-                     references: dict[str, classical.Reference] | None = None) -> str:
+                     classical_refs: dict[str, classical.Reference] | None = None) -> str:
     """results.md. A failed family shows as "failed" in its table with its reasons beneath; the
     plots, statistics, robustness and importance sections cover the families that have scores.
     images: the folder the PNGs are linked in, relative to the report ("" for MLflow's copy);
     across: the comparison across datasets (pipeline.reporting.cross_dataset.compare);
     baselines: dataset -> its trivial baselines, or why there are none (trivial.dataset_baselines);
-    references: dataset -> its classical reference (pipeline.reporting.classical_reference.read_reference)."""
-    baselines, references = baselines or {}, references or {}
+    classical_refs: dataset -> its classical reference (pipeline.reporting.classical_reference.read_reference)."""
+    baselines, classical_refs = baselines or {}, classical_refs or {}
     commit = provenance["commit"]
     lines = ["# Results", "",
              f"Produced by `ctsweep report` at git commit `{commit[:12]}{commit[40:]}` (full provenance at the end).",
@@ -285,12 +285,12 @@ def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dic
         best = bests[dataset] = best_family(ok)
         found, mode, metric = baselines.get(dataset, []), _mode(results), next(iter(results.values()))["metric"]
         gains = {f: search_gain(searches[dataset].get(f), mode) for f in searches.get(dataset, {})}
-        ref = references.get(dataset)
+        ref = classical_refs.get(dataset)
         lines += results_table(dataset, results, best, refs, cited, marks[dataset],
                                lambda columns: trivial.trivial_rows(found, mode, metric, columns)
                                + classical.reference_rows(ref, metric, columns), gains)
         lines += trivial.trivial_note(found) if dataset in baselines else []
-        lines += classical.reference_note(ref, dataset, metric) if dataset in references else []
+        lines += classical.reference_note(ref, dataset, metric) if dataset in classical_refs else []
         lines += data_lines(provenance.get("data", {}).get(dataset))
         if best is None:
             continue
@@ -300,7 +300,7 @@ def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dic
                   f"![{dataset} test against training cost]({images}{dataset}_cost.png)", ""]
         lines += robustness_lines(ok, ok[best]["mode"], ok[best]["metric"])
         lines += sensitivity_lines(searches[dataset])
-    lines += across_lines(across, images, _reference_ranks(finals, references, across))
+    lines += across_lines(across, images, _reference_ranks(finals, classical_refs, across))
     lines += published_lines(finals, bests, provenance["params"].get("prepare", {}), refs, cited,
                              heading="###" if across is not None else "##")
     lines += references_lines(refs, cited)
@@ -325,7 +325,7 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
             mark = show_your_work.not_saturated(rows, _mode(finals[d]), metric)
             marks[d][f] += [mark] if mark else []
     baselines = {d: trivial.dataset_baselines(root, d) for d in datasets}
-    references = {d: classical.read_reference(root, d) for d in datasets}
+    classical_refs = {d: classical.read_reference(root, d) for d in datasets}
     vs_trivial = {}
     for d, res in finals.items():
         ok, _ = split(res)
@@ -344,17 +344,17 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
             best = best_family(ok)
             metrics[dataset] = _metrics(results, best, marks[dataset], vs_trivial[dataset], searches[dataset])
             written = (_write_dataset(stage, dataset, ok, searches[dataset], best, refs, trials[dataset],
-                                      references[dataset])
+                                      classical_refs[dataset])
                        if best is not None else [])
             pngs[dataset] = [out / p.relative_to(stage) for p in written]
         if across is not None:  # after the datasets, under a key no dataset can have
             metrics[cross_dataset.METRICS_KEY] = cross_dataset.as_json(across)
         metrics[MACHINES] = provenance["machines"]  # what `ctsweep compare` names first when it differs
         metrics[BASELINES] = {d: {**trivial.as_json(baselines[d], _mode(finals[d])),
-                                  "classical": classical.as_json(references[d])} for d in finals}
+                                  "classical": classical.as_json(classical_refs[d])} for d in finals}
         drawn = [out / p.relative_to(stage) for p in cross_plots.write_outputs(stage, across)]
         write_text(stage / "results.md", results_markdown(finals, searches, marks, refs, provenance, across=across,
-                                                          baselines=baselines, references=references))
+                                                          baselines=baselines, classical_refs=classical_refs))
         write_json(stage / "metrics.json", metrics)
         cells = write_cells(stage, metrics)
     drop_stale(out, cells)
@@ -363,7 +363,7 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
         _drop_plots(out, dataset)
     plots.write_dvc_templates(root)
     log_to_mlflow(root, finals, results_markdown(finals, searches, marks, refs, provenance, images="", across=across,
-                                                 baselines=baselines, references=references),
+                                                 baselines=baselines, classical_refs=classical_refs),
                   [p for files in pngs.values() for p in files] + drawn)
     return metrics
 
