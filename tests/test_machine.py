@@ -29,7 +29,7 @@ def test_tags_round_trip_and_runs_without_them_read_as_none() -> None:
     assert machine.from_tags(tags) == (machine.describe("cpu"), 3)
     assert machine.from_tags({}) == (None, None)
     assert machine.from_tags({machine.MACHINE_TAG: "{not json", machine.THREADS_TAG: "x"}) == (None, None)
-    found = machine.machines_of([machine.describe("cpu"), None, machine.describe("cpu")])
+    found = machine.Machines([machine.describe("cpu"), None, machine.describe("cpu")])
     assert list(found.described) == [machine.fingerprint(machine.describe("cpu"))] and found.name(None) is None
 
 

@@ -23,7 +23,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
-from pipeline.runtime.machine import machines_of
+from pipeline.runtime.machine import Machines
 from pipeline.final import resume as final_resume
 from pipeline.stores import staleness
 from pipeline.stores import tracking
@@ -220,7 +220,7 @@ def _record(dataset: str, family: str, searched: dict[str, Any], runs: list[dict
     test_mean, test_std = _summary([r["test"] for r in runs])
     keep = ("seed", "repeat", "val", "val_loss", "test", "num_params", "seconds_per_epoch", "curve", "mlflow_run_id",
             "steps", "steps_per_epoch", "train_loss_curve", "val_loss_curve", "threads")
-    machines = machines_of([r.get("machine") for r in runs])
+    machines = Machines([r.get("machine") for r in runs])
     return {
         "status": "ok", "dataset": dataset, "family": family, "metric": searched["metric"], "mode": searched["mode"],
         "config": searched["best_config"], "epochs": p.epochs, "max_epochs": p.epochs, "patience": p.patience,

@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import re
+from pathlib import Path
 from typing import Any
 
 MACHINE_TAG, THREADS_TAG = "machine", "threads"
@@ -35,7 +36,7 @@ MACHINE_TAG, THREADS_TAG = "machine", "threads"
 def _cpuinfo() -> tuple[str, list[str]]:
     """(model name, flags) from /proc/cpuinfo; the platform's processor and no flags elsewhere."""
     try:
-        text = open("/proc/cpuinfo", encoding="utf-8", errors="replace").read()
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return platform.processor() or platform.machine(), []
     model = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
@@ -111,8 +112,3 @@ class Machines:
 
     def name(self, description: dict[str, Any] | None) -> str | None:
         return None if description is None else fingerprint(description)
-
-
-def machines_of(descriptions: list[dict[str, Any] | None]) -> Machines:
-    """The Machines of a record's runs (their machine descriptions, None where a run has none)."""
-    return Machines(descriptions)

@@ -286,7 +286,7 @@ def _with_machines(records: list[dict[str, Any]], runs: dict[str, Any]) -> dict[
     (pipeline.runtime.machine; None for a run without the tags) and return the machines named."""
     described = {r["mlflow_run_id"]: machine.from_tags(runs[r["mlflow_run_id"]].data.tags)
                  if r.get("mlflow_run_id") in runs else (None, None) for r in records}
-    machines = machine.machines_of([d for d, _ in described.values()])
+    machines = machine.Machines([d for d, _ in described.values()])
     for r in records:
         found, threads = described[r.get("mlflow_run_id")]
         r.update(machine=machines.name(found), threads=threads)
