@@ -9,6 +9,7 @@ checks every import of the package against it and against each subpackage's `Imp
     runtime              the process a stage runs in: signals (SIGINT/SIGTERM), malloc settings
     stores               where things are kept: project paths, whole-file writes, locks, staged
                          outputs, staleness, the checked JSON records, Ray's storage, MLflow
+    progress             a running stage's progress read from MLflow: the live table, plain lines
     models               the model zoo by lineage, and the family registry (user families too)
     config               params.yaml: each stage's section, the dataset kinds, training protocol
     data, spaces         fetch and prepare (the processed-dataset contract); search spaces
@@ -50,6 +51,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("names",),
     ("runtime",),
     ("stores",),
+    ("progress",),
     ("models.base",),
     ("models.blocks",),
     ("models.discrete",),

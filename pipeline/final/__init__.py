@@ -6,6 +6,6 @@ seeds of all of a dataset's families spread over Ray at once.
     resume.py   an interrupted stage found again: its MLflow parent run, its finished seeds
     repeats.py  the search's own variance: each search repeat's best, the spread of their means
 
-Imports: errors, names, runtime, stores, models, config, data, spaces, training, serving, sweep.
+Imports: errors, names, runtime, stores, progress, models, config, data, spaces, training, serving, sweep.
 Import-free: import the module you need (`from pipeline.final.stage import final_many`).
 """

@@ -38,6 +38,9 @@ from pipeline.runtime.interrupts import Interrupted, deferred, wrote
 from pipeline.stores.files import write_json
 from pipeline.stores.locks import take_datasets
 from pipeline.names import check_name
+from pipeline.progress.display import shown
+from pipeline.progress.model import FINAL
+from pipeline.progress.read import mark_parent
 from pipeline.stores.paths import final_result_path
 from pipeline.serving.pyfunc import log_model_from_state
 from pipeline.spaces import split_config
@@ -109,7 +112,11 @@ def _run(parts: list[Part]) -> None:
                                    f"final.family_resources.{plan.family}" if plan.family in plan.p.family_resources
                                    else "final.resources")
                 datas = {part.inputs.dataset: part.inputs.data for part in parts if any(plan.todo for plan in part.plans)}
-                done, failed = spread(todo, datas)
+                uri = tracking.tracking_uri(parts[0].inputs.root)
+                with shown(uri, sorted({part.inputs.experiment[1] for part in parts}), FINAL) as started:
+                    for part, plan in cells:
+                        _mark(part, plan, started)
+                    done, failed = spread(todo, datas)
     except Interrupted as exc:  # the seeds were stopped; the previous result files stay as they were
         with deferred():
             for part, plan in cells:
@@ -139,6 +146,16 @@ def _run(parts: list[Part]) -> None:
             errors.append(exc)
     if errors:
         raise errors[0]
+
+
+def _mark(part: Part, plan: Plan, started: float) -> None:
+    """Tag the family's parent run with what it trains, for progress read from MLflow
+    (pipeline.progress.read): its seed runs, those kept from an earlier attempt, their epoch
+    budget and a seed's epoch as the search timed it (before one is timed here)."""
+    first = plan.jobs[0]
+    prior = first.expected_s / first.epochs if first.expected_s > 0 and first.epochs else None
+    mark_parent(part.inputs.experiment[0], plan.parent, started, len(plan.jobs), max(j.epochs for j in plan.jobs),
+                plan.searched["mode"], kept=len(plan.kept), prior_epoch_s=prior)
 
 
 def _finish(inputs: Inputs, plan: Plan, trained: dict[tuple[int, str, int], dict[str, Any]]) -> dict[str, Any]:

@@ -12,10 +12,13 @@ every reader of the cells skips them (`datasets`).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.progress.render import plain_line
+from pipeline.progress.running import running
 from pipeline.stores.paths import reports_dir, require
 from pipeline.reporting.marks import FAILED, NO_BETTER_THAN_TRIVIAL, NOT_CONVERGED
 from pipeline.stores.schema import ListOf, MapOf, OneOf, read_record
@@ -82,10 +85,30 @@ def summary(found: list[Cell], prog: str) -> str | None:
     return f"{prog}: " + ", ".join(parts) if parts else None
 
 
+def in_progress(root: Path) -> list[str]:
+    """A plain progress line per stage running now (pipeline.progress.running), read from MLflow."""
+    return [plain_line(snap) + (f" ({where})" if where else "") for snap, where in running(root)]
+
+
 def status(root: Path) -> tuple[list[str], int]:
-    """(the lines to print, the exit status): a line per failed or marked cell and a summary line;
-    1 if any cell failed, else 0."""
+    """(the lines to print, the exit status): the progress of a stage running now, then a line per
+    failed or marked cell of the last report and a summary line; 1 if any cell failed, else 0.
+    While a stage runs, the cells are said to be the last report's; with no report yet, only
+    the progress is shown (exit 0)."""
+    progress = in_progress(root)
+    report = reports_dir(root) / "metrics.json"
+    if progress and not report.is_file():
+        return [*progress, "ctsweep status: a run is in progress; no report yet"], 0
     found = cells(read_metrics(root))
+    if progress:
+        written = time.strftime("%Y-%m-%d %H:%M", time.localtime(report.stat().st_mtime))
+        progress.append(f"ctsweep status: a run is in progress; the cells below are those of the last report "
+                        f"({report.relative_to(root) if report.is_relative_to(root) else report}, written {written})")
+    lines, code = _cells_status(found)
+    return [*progress, *lines], code
+
+
+def _cells_status(found: list[Cell]) -> tuple[list[str], int]:
     troubled = [c for c in found if c.failed or c.marks]
     lines = [cell_line(c) for c in troubled]
     n_failed = sum(c.failed for c in found)

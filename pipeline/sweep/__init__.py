@@ -45,5 +45,5 @@ Import-free on purpose: importing pipeline.sweep loads no Ray, Optuna or MLflow;
 module you need (`from pipeline.sweep.search import search`). Within this package the modules
 import each other without a cycle (tests/test_layout.py checks it).
 
-Imports: errors, names, runtime, stores, models, config, data, spaces, training.
+Imports: errors, names, runtime, stores, progress, models, config, data, spaces, training.
 """

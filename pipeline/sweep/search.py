@@ -36,6 +36,7 @@ the other families' trials still run (pipeline.sweep.early_records); the same re
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,9 @@ from pipeline.data.provenance import provenance_fields
 from pipeline.data.raw_lock import read_lock
 from pipeline.errors import CtsweepError
 from pipeline.names import check_name
+from pipeline.progress.display import shown
+from pipeline.progress.model import SEARCH
+from pipeline.progress.read import mark_parent
 from pipeline.runtime.interrupts import Interrupted, deferred, graceful_tune, wrote
 from pipeline.stores import staleness, tracking
 from pipeline.stores.database_url import masked
@@ -61,6 +65,7 @@ from pipeline.sweep.early_records import EarlyRecords
 from pipeline.sweep.epoch_time import check_time_limit
 from pipeline.sweep.families import family_of
 from pipeline.sweep.parents import close_parent, log_outcome, open_parents
+from pipeline.sweep.progress_tags import ProgressTags
 from pipeline.sweep.plans import FamilyPlan, plan_family, start_limit, trial_contexts
 from pipeline.sweep.records import each_in_threads, family_record, failed_path, kept_result, record_workers
 from pipeline.sweep.trial import run_trial
@@ -170,9 +175,10 @@ def _search(root: Path, parts: list[_Part], p: SearchParams, fresh: bool,
                            else "search.resources", p.autoscaling)
             for part in active:
                 part.client, part.exp_id = tracking.experiment_id(root, part.dataset)
-            for mode in sorted({part.meta.mode for part in active}):  # one Tune run per metric direction
-                group = [part for part in active if part.meta.mode == mode]
-                records.update(_search_group(root, group, p, fresh, storage, mode, trial_fn, written))
+            with shown(uri, [part.exp_id for part in active], SEARCH) as started:
+                for mode in sorted({part.meta.mode for part in active}):  # one Tune run per metric direction
+                    group = [part for part in active if part.meta.mode == mode]
+                    records.update(_search_group(root, group, p, fresh, storage, mode, trial_fn, written, started))
     failures = []
     for part in active:
         for plan in part.todo:
@@ -188,9 +194,11 @@ def _search(root: Path, parts: list[_Part], p: SearchParams, fresh: bool,
 
 
 def _search_group(root: Path, group: list[_Part], p: SearchParams, fresh: bool, storage: str, mode: str,
-                  trial_fn: TrialFn, written: dict[tuple[str, str], Path]) -> dict[tuple[str, str], dict[str, Any]]:
+                  trial_fn: TrialFn, written: dict[tuple[str, str], Path],
+                  started: float) -> dict[tuple[str, str], dict[str, Any]]:
     """One Ray Tune run over the stale families of `group`'s datasets (all with this `mode`);
-    writes each record and closes its parent run; returns {(dataset, family): record}."""
+    writes each record and closes its parent run; returns {(dataset, family): record}.
+    `started`: when the progress display began (pipeline.progress.read.mark_parent)."""
     if len(group) > 1:  # the datasets share the run: a family's units are named for its dataset too
         for part in group:
             for plan in part.todo:
@@ -201,6 +209,9 @@ def _search_group(root: Path, group: list[_Part], p: SearchParams, fresh: bool, 
         for plan in part.todo if part.meta.provenance else ():  # not a tag a resumed search is found by: its
             tracking.set_tags(client, plan.parent, provenance_fields(part.meta))  # fingerprint covers meta.json
     cells = [(part, plan) for part in group for plan in part.todo]
+    for part, plan in cells:
+        mark_parent(part.client, plan.parent, started, p.num_samples * p.repeats, p.epochs, mode, p.round_size,
+                    math.ceil(p.num_samples / p.round_size))
     try:
         with pending_trials(start_limit(p, [plan for _, plan in cells])):
             records = _run(root, group, p, mode, path, resumed, trial_fn)
@@ -299,7 +310,8 @@ def _run(root: Path, group: list[_Part], p: SearchParams, mode: str, path: str, 
             tuner = restored_tuner(path, contexts, data, plans, trial_fn)
         else:
             storage, name = path.rsplit("/", 1)
-            tuner = new_tuner(plans, contexts, data, p, mode, storage, name, trial_fn, [early] if early else None)
+            ended = ProgressTags(group[0].client.tracking_uri, p.epochs)  # progress read from MLflow
+            tuner = new_tuner(plans, contexts, data, p, mode, storage, name, trial_fn, [ended, *([early] if early else [])])
         ran += [searcher_of(tuner), scheduler_of(tuner)]
         if early:
             early.bind(ran[0])

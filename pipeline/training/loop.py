@@ -285,7 +285,8 @@ class Trainer:
 
     def run_epoch(self, deadline: float | None = None) -> dict[str, float]:
         """Train one epoch and score validation: {epoch, steps (so far), train_loss, val_metric,
-        val_loss, epoch_seconds, lr}."""
+        val_loss, epoch_seconds, lr, best_val_metric (the best validation score so far, for
+        progress: pipeline.progress; absent while none is finite)}."""
         start = time.perf_counter()
         lr = self.optimizer.param_groups[0]["lr"]  # the rate this epoch trained with
         train_loss = self.train_epoch(deadline)
@@ -297,8 +298,9 @@ class Trainer:
         if lowers_loss(val_loss, self.lowest_val_loss):  # moved only by progress, as Keras' min_delta: a
             self.lowest_val_loss = val_loss              # slow fall adds up until it counts
         self.stale_epochs = 0 if moved else self.stale_epochs + 1
+        best = {} if self.best_val is None or not math.isfinite(self.best_val) else {"best_val_metric": self.best_val}
         return {"epoch": self.epoch, "steps": self.steps, "train_loss": train_loss, "val_metric": val,
-                "val_loss": val_loss, "epoch_seconds": seconds, "lr": lr}
+                "val_loss": val_loss, "epoch_seconds": seconds, "lr": lr, **best}
 
     @property
     def steps_per_epoch(self) -> int:

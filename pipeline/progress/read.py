@@ -1,0 +1,127 @@
+"""A running stage's progress read from MLflow, by its own driver (the live display) or by
+`ctsweep status` from another terminal: the same two queries either way.
+
+The driver of a stage tags each (dataset, family) parent run it opens (`mark_parent`) with what
+the unit will run and when and where this attempt started; its trials and seeds log `epoch`,
+`epoch_seconds` and `best_val_metric` every epoch (pipeline.training.loop). A search trial's run
+stays RUNNING until its family's record closes it, so the search's driver tags each trial's run as
+Tune ends it (`ENDED_TAG`, pipeline.sweep.progress_tags). One query finds the parents, one the
+children started since the earliest of them (a final stage's seeds kept from an earlier attempt
+are counted from the parent's `progress_kept`; a resumed search's trials, started before, are
+read per parent).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections import defaultdict
+from typing import Any, Iterable
+
+from pipeline.progress.model import DONE, FAILED, FINAL, RUNNING, SEARCH, STOPPED, Snapshot, Unit, Work
+from pipeline.stores import tracking
+
+STARTED, HOST, PID = "progress_started", "progress_host", "progress_pid"
+TOTAL, KEPT, MAX_EPOCHS, ROUND_SIZE, ROUNDS, MODE, PRIOR = (
+    "progress_total", "progress_kept", "progress_max_epochs", "progress_round_size", "progress_rounds",
+    "progress_mode", "progress_prior_epoch_s")
+ENDED_TAG = "progress_ended"  # a search trial's end as Tune saw it: DONE, STOPPED or FAILED
+BEST = "best_val_metric"
+
+
+def mark_parent(client: tracking.MlflowClient, run_id: str, started: float, total: int, max_epochs: int, mode: str,
+                round_size: int | None = None, rounds: int | None = None, kept: int = 0,
+                prior_epoch_s: float | None = None) -> None:
+    """Tag a unit's parent run with what its stage will run and this attempt's start and driver."""
+    tags: dict[str, Any] = {STARTED: f"{started:.3f}", HOST: socket.gethostname(), PID: os.getpid(), TOTAL: total,
+                            KEPT: kept, MAX_EPOCHS: max_epochs, MODE: mode}
+    if round_size:
+        tags.update({ROUND_SIZE: round_size, ROUNDS: rounds or 1})
+    if prior_epoch_s:
+        tags[PRIOR] = f"{prior_epoch_s:.4g}"
+    tracking.set_tags(client, run_id, tags)
+
+
+def live_parents(client: tracking.MlflowClient, exp_ids: list[str], stage: str, since: float | None = None) -> list[Any]:
+    """The RUNNING parent runs of `stage` a driver tagged (`mark_parent`), in `exp_ids`; `since`:
+    only those of an attempt started then or later (a driver's own)."""
+    if not exp_ids:
+        return []
+    runs = client.search_runs(exp_ids, filter_string=(
+        f"attributes.status = 'RUNNING' and tags.stage = '{stage}' and tags.`{tracking.RUN_LEVEL_TAG}` = "
+        f"'{tracking.PARENT_LEVEL}' and tags.`{STARTED}` IS NOT NULL"), max_results=50000)
+    return [r for r in runs if since is None or float(r.data.tags[STARTED]) >= since - 1.0]
+
+
+def _children(client: tracking.MlflowClient, exp_ids: list[str], parents: list[Any]) -> dict[str, list[Any]]:
+    """{parent run id: its child runs}: those started since the earliest parent's attempt in one
+    query; a resumed search's (attempts > 1) per parent, since its reopened trials started before."""
+    start_ms = int(min(float(p.data.tags[STARTED]) for p in parents) * 1000) - 1000
+    found: dict[str, list[Any]] = defaultdict(list)
+    for run in client.search_runs(exp_ids, filter_string=f"attributes.start_time >= {start_ms}", max_results=50000):
+        parent = run.data.tags.get(tracking.PARENT_TAG)
+        if parent:
+            found[parent].append(run)
+    for p in parents:
+        if p.data.tags.get("stage") == SEARCH and int(p.data.tags.get("attempts", "1")) > 1:
+            found[p.info.run_id] = list(client.search_runs(
+                [p.info.experiment_id], filter_string=f"tags.`{tracking.PARENT_TAG}` = '{p.info.run_id}'",
+                max_results=50000))
+    return found
+
+
+def _state(run: Any, stage: str, started: float) -> str | None:
+    """A child run's Work state; None for a run of an earlier attempt that does not count."""
+    tags, status = run.data.tags, run.info.status
+    if status == "RUNNING":
+        return tags.get(ENDED_TAG) or RUNNING
+    if status == "FINISHED":
+        return STOPPED if stage == SEARCH and tags.get(tracking.OUTCOME_TAG) == tracking.STOPPED_EARLY else DONE
+    # FAILED or KILLED: this attempt's only (an earlier attempt's interrupted seeds are trained again)
+    return FAILED if run.info.start_time / 1000 >= started - 1.0 else None
+
+
+def work_of(run: Any, stage: str, started: float) -> Work | None:
+    """A trial's or seed's Work from its run (its latest `epoch`, `epoch_seconds`, best score)."""
+    state = _state(run, stage, started)
+    if state is None:
+        return None
+    m, tags = run.data.metrics, run.data.tags
+    label = tags.get("optuna_trial_number" if stage == SEARCH else "seed", "0")
+    best = m.get(BEST, m.get("val_metric"))
+    return Work(int(label) if str(label).lstrip("-").isdigit() else 0, state, int(m.get("epoch", 0)),
+                m.get("epoch_seconds"), best)
+
+
+def unit_of(parent: Any, children: Iterable[Any], stage: str) -> Unit:
+    tags = parent.data.tags
+    started = float(tags[STARTED])
+    work = [w for w in (work_of(r, stage, started) for r in children) if w is not None]
+    work += [Work(-1, DONE)] * int(tags.get(KEPT, "0"))  # seeds an earlier attempt finished (kept, not run again)
+    work.sort(key=lambda w: w.label)
+    prior = tags.get(PRIOR)
+    return Unit(tags.get("dataset", "?"), tags.get("family", "?"), int(tags.get(TOTAL, "0")),
+                int(tags.get(MAX_EPOCHS, "0")), tags.get(MODE, "max"),
+                int(tags[ROUND_SIZE]) if ROUND_SIZE in tags else None,
+                int(tags[ROUNDS]) if ROUNDS in tags else None, tuple(work), float(prior) if prior else None)
+
+
+def snapshot(client: tracking.MlflowClient, exp_ids: list[str], stage: str, since: float | None = None,
+             now: float | None = None) -> Snapshot | None:
+    """The stage's progress now, over its live parents in `exp_ids`; None when none is running."""
+    parents = live_parents(client, exp_ids, stage, since)
+    if not parents:
+        return None
+    found = _children(client, exp_ids, parents)
+    units = sorted((unit_of(p, found.get(p.info.run_id, []), stage) for p in parents), key=lambda u: u.name)
+    started = since if since is not None else min(float(p.data.tags[STARTED]) for p in parents)
+    return Snapshot(stage, started, time.time() if now is None else now, tuple(units))
+
+
+def driver_of(parent: Any) -> tuple[str, int]:
+    """(host, pid) of the driver that tagged a parent run."""
+    return parent.data.tags.get(HOST, ""), int(parent.data.tags.get(PID, "0") or 0)
+
+
+STAGES = (SEARCH, FINAL)

@@ -1,0 +1,96 @@
+"""A Snapshot as text: one plain line (logs, CI, `ctsweep status`) or a rich table (a terminal).
+
+    ctsweep search: 5 of 12 trials ended, 2 running · 3 min 10 s elapsed, about 6 min left · xor/cfc 3/6 (1 running, 1 stopped early), best 0.9375, round 1/2 · xor/ncde 2/6 (1 running), best 0.875, round 1/2
+    ctsweep final: 3 of 10 seeds ended, 2 running · 1 min 2 s elapsed, about 4 min left · xor/cfc 2/5 (seed 2 at epoch 14), best 0.95 · xor/ncde 1/5 (seed 1 at epoch 3)
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.table import Table
+
+from pipeline.progress.estimate import time_left
+from pipeline.progress.model import FAILED, SEARCH, STOPPED, Snapshot, Unit
+
+
+def duration(seconds: float) -> str:
+    """"45 s", "12 min 5 s", "2 h 03 min"."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def score(value: float | None) -> str:
+    return "—" if value is None or not math.isfinite(value) else f"{value:.4g}"
+
+
+def _noun(stage: str) -> str:
+    return "trials" if stage == SEARCH else "seeds"
+
+
+def clock(snapshot: Snapshot) -> str:
+    """"3 min 10 s elapsed, about 6 min left" (no estimate yet: "time left: after the first epochs")."""
+    left = time_left(snapshot)
+    tail = f"about {duration(left)} left" if left is not None else "time left: estimated after the first epochs"
+    return f"{duration(snapshot.elapsed)} elapsed, {tail}"
+
+
+def headline(snapshot: Snapshot) -> str:
+    running = sum(len(u.running) for u in snapshot.units)
+    return (f"ctsweep {snapshot.stage}: {snapshot.ended} of {snapshot.total} {_noun(snapshot.stage)} ended, "
+            f"{running} running · {clock(snapshot)}")
+
+
+def _state_parts(unit: Unit, stage: str) -> list[str]:
+    if stage == SEARCH:
+        parts = [f"{len(unit.running)} running"] if unit.running else []
+    else:
+        parts = [f"seed {w.label} at epoch {w.epochs}" for w in unit.running]
+    parts += [f"{n} {what}" for what in (STOPPED, FAILED) if (n := unit.count(what)) and (stage == SEARCH or what == FAILED)]
+    return parts
+
+
+def unit_text(unit: Unit, stage: str) -> str:
+    """"xor/cfc 3/6 (1 running, 1 stopped early), best 0.9375, round 1/2"."""
+    parts = _state_parts(unit, stage)
+    text = f"{unit.name} {min(unit.ended, unit.total)}/{unit.total}" + (f" ({', '.join(parts)})" if parts else "")
+    if unit.best is not None:
+        text += f", best {score(unit.best)}"
+    if unit.round is not None and unit.work and not unit.finished:
+        text += f", round {unit.round[0]}/{unit.round[1]}"
+    return text
+
+
+def plain_line(snapshot: Snapshot) -> str:
+    """The whole snapshot in one line (the form for logs)."""
+    return " · ".join([headline(snapshot), *(unit_text(u, snapshot.stage) for u in snapshot.units)])
+
+
+def table(snapshot: Snapshot) -> Table:
+    """The live display's table: a row per (dataset, family)."""
+    search = snapshot.stage == SEARCH
+    out = Table(title=headline(snapshot), title_justify="left", expand=False)
+    out.add_column("dataset/family")
+    out.add_column(f"{_noun(snapshot.stage)} ended", justify="right")
+    out.add_column("running")
+    if search:
+        out.add_column("stopped early", justify="right")
+    out.add_column("failed", justify="right")
+    out.add_column("best validation", justify="right")
+    if search:
+        out.add_column("round", justify="right")
+    for u in snapshot.units:
+        running = (str(len(u.running)) if search else
+                   ", ".join(f"seed {w.label}: epoch {w.epochs}" for w in u.running)) or ""
+        row = [u.name, f"{min(u.ended, u.total)}/{u.total}", running]
+        if search:
+            row.append(str(u.count(STOPPED)))
+        row += [str(u.count(FAILED)), score(u.best)]
+        if search:
+            row.append("" if u.round is None or not u.work or u.finished else f"{u.round[0]}/{u.round[1]}")
+        out.add_row(*row)
+    return out

@@ -1,0 +1,64 @@
+"""Tag a search trial's MLflow run as Tune ends it, so that progress read from the store
+(pipeline.progress.read) counts it ended at once: its run stays RUNNING until its family's record
+closes it (pipeline.sweep.records.close_runs), since Tune ends the trial's process at its last
+report. The tag says how Tune ended it (done: every epoch; stopped early; failed); the record's
+closing sets the run's own status and outcome later, as before.
+
+The tags are written by one thread of their own, so Tune's event loop never waits for the store;
+a write that fails is logged and dropped (progress only).
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ray.tune import Callback
+
+from pipeline.progress.model import DONE, FAILED, STOPPED
+from pipeline.progress.read import ENDED_TAG
+from pipeline.stores import tracking
+
+log = logging.getLogger(__name__)
+
+
+class ProgressTags(Callback):
+    """Tags each ended trial's run with ENDED_TAG; `epochs`: a trial's whole budget (max_t)."""
+
+    def __init__(self, tracking_uri: str, epochs: int) -> None:
+        self._uri, self._epochs = tracking_uri, epochs
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctsweep-progress-tags")
+        self._client: tracking.MlflowClient | None = None
+
+    def _tag(self, run_id: str, state: str) -> None:
+        try:
+            if self._client is None:
+                self._client = tracking.MlflowClient(self._uri)
+            tracking.set_tags(self._client, run_id, {ENDED_TAG: state})
+        except Exception as exc:  # progress only: the record closes the run whatever happens here
+            log.debug("progress tag of run %s not written: %s", run_id, exc)
+
+    def _ended(self, trial: Any, state: str) -> None:
+        run_id = (trial.last_result or {}).get("mlflow_run_id")
+        if run_id:
+            self._pool.submit(self._tag, run_id, state)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        epochs = int((trial.last_result or {}).get("epoch", 0) or 0)
+        self._ended(trial, DONE if epochs >= self._epochs else STOPPED)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._ended(trial, FAILED)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def __getstate__(self) -> dict[str, Any]:  # Tune pickles the run config with its experiment state
+        return {"_uri": self._uri, "_epochs": self._epochs}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["_uri"], state["_epochs"])  # type: ignore[misc]
