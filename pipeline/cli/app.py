@@ -11,6 +11,7 @@ import typer
 from pipeline.config import Params, dataset_params, load_params
 from pipeline.errors import ConfigError
 from pipeline.names import check_name
+from pipeline.runtime.output import quiet_libraries
 from pipeline.stores.paths import processed_dir, project_root, raw_dir, raw_lock_path
 from pipeline.cli.postgres_commands import postgres_app
 from pipeline.cli.stage import ROOT, stage as _stage
@@ -90,6 +91,7 @@ def classical(dataset: str = DATASET, root: Path = ROOT) -> None:
     from pipeline.classical.stage import run, summary
 
     base, params = _params(root)
+    quiet_libraries(base, "classical")  # their informational lines: .ctsweep/logs/
     _check(dataset, list(params.prepare), "prepare")
     typer.echo(summary(run(base, dataset, params.classical)))
 
@@ -118,6 +120,7 @@ def search(
     from pipeline.sweep.search import search_datasets
 
     base, params = _params(root)
+    quiet_libraries(base, "search")  # their informational lines: .ctsweep/logs/
     _check(dataset, params.datasets, "datasets")
     if family is not None:
         _check(family, params.families, "families")
@@ -151,6 +154,7 @@ def final(
     from pipeline.final.stage import final_datasets
 
     base, params = _params(root)
+    quiet_libraries(base, "final")  # their informational lines: .ctsweep/logs/
     _check(dataset, params.datasets, "datasets")
     if family is not None:
         _check(family, params.families, "families")
@@ -173,6 +177,7 @@ def report(root: Path = ROOT) -> None:
     from pipeline.reporting.status import cells, summary
 
     base, params = _params(root)
+    quiet_libraries(base, "report")  # their informational lines: .ctsweep/logs/
     metrics = run(base, params.datasets, params.families)
     typer.echo((base / "reports" / "results.md").read_text())
     last = summary(cells(metrics), "ctsweep report")
@@ -245,6 +250,7 @@ def promote(
     from pipeline.registry.promote import promote as run_all, promote_dataset
 
     base, params = _params(root)
+    quiet_libraries(base, "promote")  # their informational lines: .ctsweep/logs/
     if family is not None and dataset is None:
         raise ConfigError("--family needs --dataset: a family is promoted by hand for one dataset")
     if dataset is None and not (force or dry_run):

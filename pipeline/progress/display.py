@@ -61,6 +61,11 @@ def phases(snap: Snapshot) -> tuple[tuple[str, str], ...]:
     return tuple((u.name, "ended" if u.finished else "running" if u.work else "waiting") for u in snap.units)
 
 
+def counts(snap: Snapshot) -> tuple:
+    """What a line says apart from the clock: each unit's work and its states and epochs."""
+    return tuple((u.name, tuple((w.label, w.state, w.epochs) for w in u.work)) for u in snap.units)
+
+
 class Plain:
     """Plain lines: at a phase change, else every PLAIN_EVERY_S seconds."""
 
@@ -68,12 +73,18 @@ class Plain:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._write, self._every, self._clock = write, every_s, clock
         self._last: tuple[float, tuple] | None = None
+        self._counts: tuple = ()
 
     def show(self, snap: Snapshot, final: bool = False) -> None:
+        """`final`: the stage's last line, unless the last one said the same counts."""
         now, seen = self._clock(), phases(snap)
-        if final or self._last is None or seen != self._last[1] or now - self._last[0] >= self._every:
+        if final:
+            if self._last is None or counts(snap) != self._counts:
+                self._write(plain_line(snap))
+            return
+        if self._last is None or seen != self._last[1] or now - self._last[0] >= self._every:
             self._write(plain_line(snap))
-            self._last = (now, seen)
+            self._last, self._counts = (now, seen), counts(snap)
 
 
 class _Poller(threading.Thread):
@@ -111,8 +122,8 @@ def shown(tracking_uri: str, exp_ids: list[str], stage: str, stream: Any = None)
     stream = stream or sys.stderr
     client = tracking.MlflowClient(tracking_uri)  # the display's own: it reads from another thread
 
-    def read() -> Snapshot | None:
-        return read_snapshot(client, exp_ids, stage, since)
+    def read(closed: bool = False) -> Snapshot | None:
+        return read_snapshot(client, exp_ids, stage, since, closed=closed)
 
     if chosen == "plain":
         plain = Plain(lambda line: print(line, file=stream, flush=True))
@@ -123,9 +134,9 @@ def shown(tracking_uri: str, exp_ids: list[str], stage: str, stream: Any = None)
         finally:
             poller.stopped.set()
             poller.join(timeout=5)
-            if poller.last is not None:  # where it ended
-                with contextlib.suppress(Exception):
-                    plain.show(read() or poller.last, final=True)
+            with contextlib.suppress(Exception):  # where it ended (its parents may be closed by now)
+                if (last := read(closed=True) or poller.last) is not None:
+                    plain.show(last, final=True)
         return
     console = Console(file=stream)
     with Live(console=console, refresh_per_second=1, redirect_stdout=True, redirect_stderr=True,
@@ -137,4 +148,6 @@ def shown(tracking_uri: str, exp_ids: list[str], stage: str, stream: Any = None)
         finally:
             poller.stopped.set()
             poller.join(timeout=5)
-            poller.poll()  # the table as the stage ended
+            with contextlib.suppress(Exception):  # the table as the stage ended
+                if (last := read(closed=True)) is not None:
+                    live.update(table(last))

@@ -43,13 +43,16 @@ def mark_parent(client: tracking.MlflowClient, run_id: str, started: float, tota
     tracking.set_tags(client, run_id, tags)
 
 
-def live_parents(client: tracking.MlflowClient, exp_ids: list[str], stage: str, since: float | None = None) -> list[Any]:
+def live_parents(client: tracking.MlflowClient, exp_ids: list[str], stage: str, since: float | None = None,
+                 closed: bool = False) -> list[Any]:
     """The RUNNING parent runs of `stage` a driver tagged (`mark_parent`), in `exp_ids`; `since`:
-    only those of an attempt started then or later (a driver's own)."""
+    only those of an attempt started then or later (a driver's own); `closed`: those already
+    closed too (the driver's last reading, once its records are written)."""
     if not exp_ids:
         return []
+    running = "" if closed else "attributes.status = 'RUNNING' and "
     runs = client.search_runs(exp_ids, filter_string=(
-        f"attributes.status = 'RUNNING' and tags.stage = '{stage}' and tags.`{tracking.RUN_LEVEL_TAG}` = "
+        f"{running}tags.stage = '{stage}' and tags.`{tracking.RUN_LEVEL_TAG}` = "
         f"'{tracking.PARENT_LEVEL}' and tags.`{STARTED}` IS NOT NULL"), max_results=50000)
     return [r for r in runs if since is None or float(r.data.tags[STARTED]) >= since - 1.0]
 
@@ -108,9 +111,10 @@ def unit_of(parent: Any, children: Iterable[Any], stage: str) -> Unit:
 
 
 def snapshot(client: tracking.MlflowClient, exp_ids: list[str], stage: str, since: float | None = None,
-             now: float | None = None) -> Snapshot | None:
-    """The stage's progress now, over its live parents in `exp_ids`; None when none is running."""
-    parents = live_parents(client, exp_ids, stage, since)
+             now: float | None = None, closed: bool = False) -> Snapshot | None:
+    """The stage's progress now, over its live parents in `exp_ids` (`closed`: and those of the
+    attempt that have ended, see live_parents); None when there is none."""
+    parents = live_parents(client, exp_ids, stage, since, closed)
     if not parents:
         return None
     found = _children(client, exp_ids, parents)

@@ -34,6 +34,8 @@ def _noun(stage: str) -> str:
 
 def clock(snapshot: Snapshot) -> str:
     """"3 min 10 s elapsed, about 6 min left" (no estimate yet: "time left: after the first epochs")."""
+    if snapshot.total and snapshot.ended >= snapshot.total:
+        return f"{duration(snapshot.elapsed)} elapsed, all ended"
     left = time_left(snapshot)
     tail = f"about {duration(left)} left" if left is not None else "time left: estimated after the first epochs"
     return f"{duration(snapshot.elapsed)} elapsed, {tail}"
@@ -49,7 +51,7 @@ def _state_parts(unit: Unit, stage: str) -> list[str]:
     if stage == SEARCH:
         parts = [f"{len(unit.running)} running"] if unit.running else []
     else:
-        parts = [f"seed {w.label} at epoch {w.epochs}" for w in unit.running]
+        parts = [f"seed {w.label} at epoch {w.epochs}" if w.epochs else f"seed {w.label} starting" for w in unit.running]
     parts += [f"{n} {what}" for what in (STOPPED, FAILED) if (n := unit.count(what)) and (stage == SEARCH or what == FAILED)]
     return parts
 
@@ -85,7 +87,8 @@ def table(snapshot: Snapshot) -> Table:
         out.add_column("round", justify="right")
     for u in snapshot.units:
         running = (str(len(u.running)) if search else
-                   ", ".join(f"seed {w.label}: epoch {w.epochs}" for w in u.running)) or ""
+                   ", ".join(f"seed {w.label}: epoch {w.epochs}" if w.epochs else f"seed {w.label}: starting"
+                             for w in u.running)) or ""
         row = [u.name, f"{min(u.ended, u.total)}/{u.total}", running]
         if search:
             row.append(str(u.count(STOPPED)))

@@ -25,6 +25,7 @@ is given; refusals are decisions, not errors, so the stage still succeeds.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from pipeline.runtime.output import printed_to_log
 from pipeline.stores import tracking
 from pipeline.config import PromoteParams
 from pipeline.errors import CtsweepError
@@ -47,6 +49,8 @@ from pipeline.reporting.report import best_family
 from pipeline.reporting.stats import welch
 from pipeline.reporting.tables import fmt
 from pipeline.stores.schema import DATA_PROVENANCE, FINAL_FOR_PROMOTE
+
+log = logging.getLogger(__name__)
 
 SUMMARY = ("dataset", "family", "metric", "mode", "val_mean", "val_std", "test_mean", "test_std", "n_seeds",
            "model_seed")
@@ -101,7 +105,8 @@ def _register(client: MlflowClient, name: str, record: dict[str, Any], commit: s
     description = (f"{record['family']}: validation {metric} {fmt(record['val_mean'], record['val_std'], metric)}, "
                    f"test {fmt(record['test_mean'], record['test_std'], metric)} over {record['n_seeds']} seeds"
                    + (f"; data: {record[DATA_PROVENANCE]}" if record.get(DATA_PROVENANCE) else ""))
-    version = mlflow.register_model(record["model_uri"], name, tags=version_tags(record, commit))
+    with printed_to_log(log):  # "Registered model ... already exists": created just above, by us
+        version = mlflow.register_model(record["model_uri"], name, tags=version_tags(record, commit))
     client.update_model_version(name, version.version, description=description)
     return version
 

@@ -36,6 +36,7 @@ the other families' trials still run (pipeline.sweep.early_records); the same re
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import sys
 from dataclasses import dataclass
@@ -70,6 +71,8 @@ from pipeline.sweep.plans import FamilyPlan, plan_family, start_limit, trial_con
 from pipeline.sweep.records import each_in_threads, family_record, failed_path, kept_result, record_workers
 from pipeline.sweep.trial import run_trial
 from pipeline.sweep.tuner import TrialFn, new_tuner, restored_tuner, scheduler_of, searcher_of
+
+log = logging.getLogger(__name__)
 
 
 def search(root: Path, dataset: str, family: str, p: SearchParams, fresh: bool = False,
@@ -205,6 +208,7 @@ def _search_group(root: Path, group: list[_Part], p: SearchParams, fresh: bool, 
                 plan.key = f"{part.dataset}/{plan.family}"
     client = group[0].client
     path, resumed = open_parents(client, [(part.exp_id, part.dataset, part.todo) for part in group], storage, fresh)
+    log.info("Ray Tune experiment %s: %s", "resumed" if resumed else "started", path)  # the log, not the terminal
     for part in group:
         for plan in part.todo if part.meta.provenance else ():  # not a tag a resumed search is found by: its
             tracking.set_tags(client, plan.parent, provenance_fields(part.meta))  # fingerprint covers meta.json
