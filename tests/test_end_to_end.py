@@ -343,6 +343,33 @@ def test_second_repro_runs_only_the_raw_file_check_and_one_space_reruns_one_fami
         assert (root / "results" / DATASET / kind / "cfc.json").read_bytes() == content, kind
 
 
+# ------------------------------------------------------------------ what `dvc repro` printed
+
+# Lines a user cannot act on, which go to .ctsweep/logs/ instead of the terminal (pipeline/runtime/output.py)
+NOISE = ("A new study created", "Configuration for experiment", "View detailed results here",
+         "To visualize your results with TensorBoard", "Token authentication is enabled", "serialized using CloudPickle",
+         "Validating input example", "Downloading artifacts", "already exists")
+
+
+def test_dvc_repro_into_a_file_shows_progress_lines_and_none_of_the_noise(built: tuple[Path, dict]) -> None:
+    root, done = built
+    printed = done["stdout"] + done["stderr"]
+    assert not [line for line in printed.splitlines() if any(noise in line for noise in NOISE)], printed[-5000:]
+    # not a terminal: plain progress lines, the last of each stage once every trial and seed ended
+    trials = len(FAMILIES + [FAILED]) * TRIALS
+    seeds = len(FAMILIES) * len(SEEDS) * (1 + len(LR_FACTORS))
+    assert f"ctsweep search: {trials} of {trials} trials ended, 0 running · " in printed, printed[-5000:]
+    assert f"ctsweep final: {seeds} of {seeds} seeds ended, 0 running · " in printed, printed[-5000:]
+    search = [line for line in printed.splitlines() if line.startswith("ctsweep search: ")]
+    assert search[-1].split(" · ")[1].endswith(" elapsed, all ended")
+    assert f" · {DATASET}/{FAILED} {TRIALS}/{TRIALS} ({TRIALS} failed)" in search[-1]
+    # the noise went to the commands' log files
+    logs = root / ".ctsweep" / "logs"
+    assert "A new study created" in (logs / "ctsweep-search.log").read_text()
+    assert "Ray Tune experiment started: " in (logs / "ctsweep-search.log").read_text()
+    assert "Validating input example" in (logs / "ctsweep-final.log").read_text()
+
+
 # ------------------------------------------------------------------ the family whose every trial failed
 
 
