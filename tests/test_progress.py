@@ -23,17 +23,20 @@ from pipeline.stores import tracking
 # ----------------------------------------------------------------------------------- the estimate
 
 
-def _simulated(t: int, trials: int = 8, slots: int = 2, epochs: int = 4, budget: int = 8) -> Snapshot:
+def _simulated(t: int, trials: int = 8, slots: int = 2, epochs: int = 4, budget: int = 8,
+               start_up: float = 0.0) -> Snapshot:
     """`trials` trials of `epochs` one-second epochs (of a `budget` of 8: ASHA stops them at 4),
-    `slots` at a time from t = 0, each slot taking the next trial as soon as one ends."""
+    `slots` at a time from t = 0, each slot taking the next trial as soon as one ends; the stage
+    started `start_up` seconds before the first trial."""
     work = []
     for i in range(trials):
         start = (i // slots) * epochs
         if start > t or (start == t and i >= slots * (t // epochs) + slots):
             continue
         trained = min(epochs, t - start)
-        work.append(Work(i, STOPPED if trained == epochs else RUNNING, trained, 1.0 if trained else None, 0.5))
-    return Snapshot(SEARCH, 0.0, float(t), (Unit("d", "f", trials, budget, "max", 2, 4, tuple(work)),))
+        work.append(Work(i, STOPPED if trained == epochs else RUNNING, trained, 1.0 if trained else None, 0.5,
+                         float(start)))
+    return Snapshot(SEARCH, -start_up, float(t), (Unit("d", "f", trials, budget, "max", 2, 4, tuple(work)),))
 
 
 def test_the_estimate_follows_a_hand_made_timing_sequence() -> None:
@@ -45,6 +48,8 @@ def test_the_estimate_follows_a_hand_made_timing_sequence() -> None:
     # Once trials have ended, the mean of their epochs (4) replaces the budget: exact from then on.
     for t in range(4, 16):
         assert time_left(_simulated(t)) == pytest.approx(16 - t), t
+        # the stage's start-up before the first trial (Ray, the data) does not slow the pace
+        assert time_left(_simulated(t, start_up=30.0)) == pytest.approx(16 - t), t
     assert time_left(_simulated(16)) == 0
 
 

@@ -19,13 +19,15 @@ class Work:
     `label`: the Optuna trial number or the seed; `state`: RUNNING, DONE (ran its whole budget,
     or a seed that ended by its own rule), STOPPED (a search trial ASHA, patience or the time limit
     ended early) or FAILED; `epochs`: epochs trained so far; `epoch_seconds`: the last epoch's
-    training time (None before the first); `best`: its best validation score so far."""
+    training time (None before the first); `best`: its best validation score so far; `started`:
+    when its run started, in seconds since the epoch (None: not known)."""
 
     label: int
     state: str
     epochs: int = 0
     epoch_seconds: float | None = None
     best: float | None = None
+    started: float | None = None
 
     @property
     def ended(self) -> bool:

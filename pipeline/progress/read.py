@@ -94,7 +94,7 @@ def work_of(run: Any, stage: str, started: float) -> Work | None:
     label = tags.get("optuna_trial_number" if stage == SEARCH else "seed", "0")
     best = m.get(BEST, m.get("val_metric"))
     return Work(int(label) if str(label).lstrip("-").isdigit() else 0, state, int(m.get("epoch", 0)),
-                m.get("epoch_seconds"), best)
+                m.get("epoch_seconds"), best, run.info.start_time / 1000)
 
 
 def unit_of(parent: Any, children: Iterable[Any], stage: str) -> Unit:
