@@ -2,7 +2,7 @@
 warning and error; the libraries' informational lines go to a log file instead.
 
 The lines moved to `<root>/.ctsweep/logs/ctsweep-<command>.log` (appended; created at the first
-line; one header line per command run) are those a user cannot act on: Optuna's "A new study
+line, so a command refused at once writes none; one header line per command run) are those a user cannot act on: Optuna's "A new study
 created" (one per family and search repeat), Ray's note that token authentication is on (the
 local cluster's default), MLflow's informational lines ("Validating input example ..."), and
 Ray Tune's configuration box, experiment path and TensorBoard hint (Tune's legacy output engine
@@ -45,9 +45,19 @@ def log_path(root: Path, command: str) -> Path:
     return root / LOG_DIR / f"ctsweep-{command}.log"
 
 
+class _CommandLog(logging.FileHandler):
+    """The command's log file, created (with its folder and a header line naming the command) at
+    its first line only: a command refused before anything ran leaves no file behind."""
+
+    def _open(self):  # type: ignore[no-untyped-def]
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        stream = super()._open()
+        stream.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ---- {shlex.join(sys.argv)} (pid {os.getpid()})\n")
+        return stream
+
+
 def _file_handler(path: Path) -> logging.Handler:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, delay=False, encoding="utf-8")
+    handler = _CommandLog(path, delay=True, encoding="utf-8")
     handler.setFormatter(logging.Formatter(FORMAT))
     handler.setLevel(logging.INFO)
     return handler
@@ -69,11 +79,7 @@ def quiet_libraries(root: Path, command: str) -> Path | None:
     if top.handlers:
         return None
     path = log_path(root, command)
-    try:
-        to_file = _file_handler(path)
-    except OSError:  # a read-only project: the lines stay where the libraries print them
-        return None
-    to_file.stream.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ---- {shlex.join(sys.argv)} (pid {os.getpid()})\n")
+    to_file = _file_handler(path)  # a project it cannot write to: logging reports the error once and goes on
     top.addHandler(to_file)
     top.addHandler(_terminal_handler())
     top.setLevel(logging.INFO)
