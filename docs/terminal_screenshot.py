@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", required=True, help="the PNG's file name")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--columns", type=int, default=150, help="the terminal's width the capture was taken at")
-    parser.add_argument("--width", type=int, default=1400)
+    parser.add_argument("--width", type=int, default=1500)
     parser.add_argument("--height", type=int, default=None)
     args = parser.parse_args(argv)
     browser = next((b for b in BROWSERS if shutil.which(b)), None)
