@@ -1,18 +1,25 @@
 """The time a stage has left, from the epochs its trials or seeds have trained so far.
 
-    remaining work  W = sum over units u of  t_u * ( q_u * e_u  +  sum over running r of max(e_u - c_r, 1) )
-    pace            P = D / busy,   D = sum over all work of (epochs trained * its epoch seconds)
-    time left         = W / P
+    time left = W / P
+    W = sum over units u of ( sum over running r of (T_u(c_r) - c_r) * t_r  +  q_u * T_u(0) * t_u )
+    P = D / busy,   D = sum over all work of (epochs trained * its last epoch time)
 
-t_u: the median of the unit's last epoch times (a final unit with none timed yet: its search's
-epoch time, Unit.prior_epoch_s); q_u: its trials or seeds not started yet; c_r: a running one's
-epochs so far; e_u: the epochs a trial or seed of the unit is expected to train, the mean of its
-ended ones, else the stage's ended ones' mean share of their budget times the unit's budget, else
-the whole budget; busy: the time since the first trial or seed started (the stage's own start-up,
-Ray's and the data's, is behind it and does not slow what is left). Dividing by the pace measured
-so far, rather than by the slots, carries everything an epoch's training time leaves out
-(validation, a trial's start-up, MLflow) and however many trials actually ran at once. An
-estimate, not a bound: ASHA and patience decide later how long the rest train.
+c_r: a running trial's or seed's epochs so far, t_r its last epoch time; q_u: the unit's trials or
+seeds not started yet; t_u: the mean last epoch time of the unit's work (a final unit with none
+timed yet: its search's epoch time, Unit.prior_epoch_s).
+
+T_u(c): the epochs a trial or seed that has trained c of them is expected to train in all. ASHA
+and patience stop most before their budget, and the ones that end first are the ones stopped
+first, so the mean of the ended ones alone would say too little: a running one that has trained
+c epochs is expected to train as long as the unit's ended ones that trained at least c did on
+average (at least c + 1), or its whole budget when none did; one not started yet, the mean of the
+unit's started ones so counted. A unit none of whose work has ended takes the stage's ended work's
+mean share of its budget (the whole budget before any ended).
+
+busy: the time since the first trial or seed started (the stage's own start-up is behind it).
+Dividing by the pace measured so far, rather than by the slots, carries everything an epoch's
+training time leaves out (validation, a trial's start-up, MLflow) and however many trials ran at
+once. An estimate, not a bound: ASHA and patience decide later how long the rest train.
 
 None (no estimate shown) until the stage has trained an epoch, or while a unit with work left has
 no epoch time to go by.
@@ -22,13 +29,13 @@ from __future__ import annotations
 
 import statistics
 
-from pipeline.progress.model import Snapshot, Unit
+from pipeline.progress.model import Snapshot, Unit, Work
 
 
 def epoch_time(unit: Unit) -> float | None:
-    """t_u: the median last-epoch time of the unit's work, else its prior (Unit.prior_epoch_s)."""
+    """t_u: the mean last-epoch time of the unit's work, else its prior (Unit.prior_epoch_s)."""
     timed = [w.epoch_seconds for w in unit.work if w.epoch_seconds]
-    return statistics.median(timed) if timed else unit.prior_epoch_s
+    return statistics.fmean(timed) if timed else unit.prior_epoch_s
 
 
 def budget_share(snapshot: Snapshot) -> float | None:
@@ -38,24 +45,43 @@ def budget_share(snapshot: Snapshot) -> float | None:
     return statistics.fmean(shares) if shares else None
 
 
-def expected_epochs(unit: Unit, share: float | None) -> float:
-    """e_u: the mean epochs of the unit's ended work, else `share` of its budget, else its budget."""
+def expected_total(unit: Unit, trained: int, share: float | None = None) -> float:
+    """T_u(c) of a running trial or seed: the mean epochs of the unit's ended work that trained at
+    least `trained` (at least trained + 1); when none of the unit's work has ended, `share` of its
+    budget (the stage's ended work's, budget_share); else, or without a share, its whole budget."""
     ended = [w.epochs for w in unit.work if w.ended and w.epochs > 0]
-    if ended:
-        return statistics.fmean(ended)
+    longer = [e for e in ended if e >= trained]
+    if longer:
+        return max(statistics.fmean(longer), trained + 1.0)
+    if not ended and share is not None:
+        return max(unit.max_epochs * share, trained + 1.0)
+    return float(max(unit.max_epochs, trained + 1))
+
+
+def expected_epochs(unit: Unit, share: float | None) -> float:
+    """T_u(0), for work not started: the mean over the unit's started work (ended: what it trained;
+    running: expected_total), else `share` of its budget, else its budget."""
+    started = [float(w.epochs) if w.ended else expected_total(unit, w.epochs, share) for w in unit.work
+               if not (w.ended and w.epochs <= 0)]
+    if started:
+        return statistics.fmean(started)
     return unit.max_epochs * (share if share is not None else 1.0)
+
+
+def _running_left(unit: Unit, w: Work, t: float, share: float | None) -> float:
+    return (expected_total(unit, w.epochs, share) - w.epochs) * (w.epoch_seconds or t)
 
 
 def remaining_epoch_seconds(unit: Unit, share: float | None) -> float | None:
     """W's term of one unit: its expected training seconds left; None when it has work left and
     no epoch time."""
-    expected = expected_epochs(unit, share)
     queued = max(0, unit.total - len(unit.work))
-    epochs = queued * expected + sum(max(expected - w.epochs, 1.0) for w in unit.running)
-    if epochs <= 0:
+    if not queued and not unit.running:
         return 0.0
     t = epoch_time(unit)
-    return None if t is None else epochs * t
+    if t is None:
+        return None
+    return sum(_running_left(unit, w, t, share) for w in unit.running) + queued * expected_epochs(unit, share) * t
 
 
 def trained_epoch_seconds(snapshot: Snapshot) -> float:
