@@ -127,27 +127,28 @@ def shown(tracking_uri: str, exp_ids: list[str], stage: str, stream: Any = None)
 
     if chosen == "plain":
         plain = Plain(lambda line: print(line, file=stream, flush=True))
-        poller = _Poller(read, plain.show, POLL_S["plain"])
-        poller.start()
-        try:
+        with _polling(read, plain.show, POLL_S["plain"], lambda snap: plain.show(snap, final=True)):
             yield since
-        finally:
-            poller.stopped.set()
-            poller.join(timeout=5)
-            with contextlib.suppress(Exception):  # where it ended (its parents may be closed by now)
-                if (last := read(closed=True) or poller.last) is not None:
-                    plain.show(last, final=True)
         return
-    console = Console(file=stream)
-    with Live(console=console, refresh_per_second=1, redirect_stdout=True, redirect_stderr=True,
+    with Live(console=Console(file=stream), refresh_per_second=1, redirect_stdout=True, redirect_stderr=True,
               transient=False) as live:
-        poller = _Poller(read, lambda snap: live.update(table(snap)), POLL_S["live"])
-        poller.start()
-        try:
+        with _polling(read, lambda snap: live.update(table(snap)), POLL_S["live"],
+                      lambda snap: live.update(table(snap))):
             yield since
-        finally:
-            poller.stopped.set()
-            poller.join(timeout=5)
-            with contextlib.suppress(Exception):  # the table as the stage ended
-                if (last := read(closed=True)) is not None:
-                    live.update(table(last))
+
+
+@contextlib.contextmanager
+def _polling(read: Callable[..., Snapshot | None], show: Callable[[Snapshot], None], every_s: float,
+             at_end: Callable[[Snapshot], None]) -> Iterator[None]:
+    """Show a reading every `every_s` seconds while the block runs, then the stage as it ended
+    (`read(closed=True)`: its parents may be closed by now) through `at_end`."""
+    poller = _Poller(read, show, every_s)
+    poller.start()
+    try:
+        yield
+    finally:
+        poller.stopped.set()
+        poller.join(timeout=5)
+        with contextlib.suppress(Exception):
+            if (last := read(closed=True) or poller.last) is not None:
+                at_end(last)
