@@ -141,6 +141,7 @@ def plot_cost(path: Path, dataset: str, rows: list[dict[str, Any]], metric: str)
     costs = [r["training_seconds"] for r in rows if r["training_seconds"] > 0]
     if costs and max(costs) > 20 * min(costs):
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())  # labelled minor ticks overlap ("3x10^2 4x10^2")
     ax.set(title=fitted_title(dataset, "test score against training cost (final seeds)", 6.5),
            xlabel="training seconds (seconds per epoch x epochs, summed over seeds)", ylabel=f"test {_label(metric)}")
     save_figure(fig, path)
