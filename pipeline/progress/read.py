@@ -28,6 +28,7 @@ TOTAL, KEPT, MAX_EPOCHS, ROUND_SIZE, ROUNDS, MODE, PRIOR = (
     "progress_mode", "progress_prior_epoch_s")
 ENDED_TAG = "progress_ended"  # a search trial's end as Tune saw it: DONE, STOPPED or FAILED
 BEST = "best_val_metric"
+STAGES = (SEARCH, FINAL)  # the stages that show progress
 
 
 def mark_parent(client: tracking.MlflowClient, run_id: str, started: float, total: int, max_epochs: int, mode: str,
@@ -127,5 +128,3 @@ def driver_of(parent: Any) -> tuple[str, int]:
     """(host, pid) of the driver that tagged a parent run."""
     return parent.data.tags.get(HOST, ""), int(parent.data.tags.get(PID, "0") or 0)
 
-
-STAGES = (SEARCH, FINAL)
