@@ -100,6 +100,8 @@ optuna-dashboard: install
 # wider (MLFLOW_SERVER_OPTS="--allowed-hosts head:5000" and so on). A postgresql:// backend is
 # connected to first: one line saying what failed instead of MLflow's retries. The
 # command is not echoed: a URL may hold a password (the one `make postgres` prints does not).
+# MLflow's job runner (eight huey processes for its GenAI jobs, unused here) is off unless
+# MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true is set.
 MLFLOW_HOST ?= 127.0.0.1
 MLFLOW_PORT ?= 5000
 MLFLOW_WORKERS ?= 4
@@ -109,7 +111,8 @@ MLFLOW_BACKEND ?= sqlite:///$(abspath mlflow.db)
 mlflow-server: install
 	@case '$(MLFLOW_BACKEND)' in '') echo 'MLFLOW_BACKEND is empty (is `make postgres` running?)' >&2; exit 2;; \
 	  postgres*) $(BIN)/ctsweep postgres check '$(MLFLOW_BACKEND)' --setting MLFLOW_BACKEND || exit 2;; esac
-	@mlflow server --backend-store-uri '$(MLFLOW_BACKEND)' \
+	@MLFLOW_SERVER_ENABLE_JOB_EXECUTION=$${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false} \
+	  mlflow server --backend-store-uri '$(MLFLOW_BACKEND)' \
 	  --artifacts-destination $(abspath mlartifacts) \
 	  --host $(MLFLOW_HOST) --port $(MLFLOW_PORT) --workers $(MLFLOW_WORKERS) $(MLFLOW_SERVER_OPTS)
 

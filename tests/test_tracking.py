@@ -27,7 +27,8 @@ from mlflow.tracking import MlflowClient
 
 from pipeline.stores import tracking
 from pipeline.errors import CtsweepError
-from tests.clusters import free_port, mlflow_server as start_mlflow_server
+from pipeline.stores.tracking_server import TrackingServer
+from tests.clusters import free_port
 
 WRITERS = 8
 BATCHES = 50
@@ -296,19 +297,22 @@ def test_concurrent_writers_lose_no_metric_in_sqlite(tmp_path: Path, monkeypatch
 
 
 @pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, Path]]:
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, Path, int]]:
     """`mlflow server` as `make mlflow-server` runs it, on a free port of 127.0.0.1 with its own
     SQLite store and proxied artifacts in a temporary folder; yields (url, artifacts folder, log
-    file). Shared by the module's server tests: it takes about 8 s to start."""
+    file, the server's session id). Shared by the module's server tests: it takes about 8 s to start."""
     folder = tmp_path_factory.mktemp("server")
-    with start_mlflow_server(folder) as url:
-        yield url, folder / "artifacts", folder / "server.log"
+    server = TrackingServer(folder)
+    try:
+        yield server.start(), folder / "artifacts", folder / "server.log", server.proc.pid
+    finally:
+        server.stop()
 
 
 @pytest.mark.slow
 def test_concurrent_writers_lose_no_metric_through_a_server(mlflow_server, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    url, artifacts, log = mlflow_server
+    url, artifacts, log, _ = mlflow_server
     monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
     client, exp_id = tracking.experiment_id(tmp_path, "load")
     total, _, _ = _load(client, exp_id, url)
@@ -323,6 +327,28 @@ def test_concurrent_writers_lose_no_metric_through_a_server(mlflow_server, tmp_p
     client.log_artifact(run_id, str(note))
     assert client.get_run(run_id).info.artifact_uri.startswith("mlflow-artifacts:")
     assert [p.read_text() for p in artifacts.rglob("note.txt")] == ["proxied"]
+
+
+def _session_commands(sid: int) -> list[str]:
+    """The command lines of every process in session `sid` (/proc)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if os.getsid(int(proc.name)) == sid:
+                    found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except (OSError, ProcessLookupError):
+                continue  # ended meanwhile
+    return found
+
+
+@pytest.mark.slow
+def test_the_server_runs_without_mlflows_job_runner(mlflow_server) -> None:
+    """MLflow's job runner (huey consumers for its GenAI jobs) is off: ctsweep uses none of its jobs,
+    and it cost about 12 CPU-seconds at every start (pipeline/stores/tracking_server.py)."""
+    commands = _session_commands(mlflow_server[3])
+    assert any("mlflow" in c and "server" in c for c in commands), commands
+    assert not [c for c in commands if "huey" in c or "_job_runner" in c], commands
 
 
 @pytest.mark.slow

@@ -29,6 +29,13 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+# MLflow 3's server starts a job runner with eight huey consumer processes by default (for its
+# GenAI jobs: prompt optimisation, trace roll-ups), none of which ctsweep uses: about 12 CPU-seconds
+# at every start here, and they poll for the server's whole life. Off unless the environment says
+# otherwise (MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true); the Makefile's `mlflow-server` does the same.
+JOB_EXECUTION = "false"
+
+
 class TrackingServer:
     """`mlflow server` on `host:port` (a free port by default) that keeps its port and store
     across restarts: `kill` it as a crash would, `start` it again. `backend`: the store's URL
@@ -45,7 +52,7 @@ class TrackingServer:
 
     def start(self, timeout_s: float = 90) -> str:
         """Start the server; return its URL once /health answers and its store is open."""
-        env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+        env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": JOB_EXECUTION, **os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
         env.pop("MLFLOW_TRACKING_URI", None)
         self.folder.mkdir(parents=True, exist_ok=True)
         with open(self.log, "a") as sink:
