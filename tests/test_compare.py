@@ -153,6 +153,8 @@ def test_cli_exit_status_and_lines(roots: tuple[Path, Path], tmp_path: Path) -> 
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    error = runner.invoke(app, ["compare", str(empty), str(b)])
-    assert error.exit_code == 2
-    assert error.output.startswith("ctsweep: error: ") and str(empty) in error.output
+    for args in ([str(empty), str(b)], [str(a), str(empty)]):  # an empty A or B: not "missing (B)" for every file
+        error = runner.invoke(app, ["compare", *args])
+        assert error.exit_code == 2
+        assert error.output.startswith("ctsweep: error: ") and len(error.output.splitlines()) == 1
+        assert f"{empty} has nothing to compare" in error.output

@@ -246,6 +246,35 @@ def test_cli_prepare_takes_the_environment_variable(tmp_path: Path, monkeypatch)
         "https://physionet.org/files/challenge-2012/1.0.0/set-a.tar.gz?download"]
 
 
+@pytest.mark.parametrize("command", ["fetch", "prepare"])
+def test_the_option_without_a_mirror_is_refused_in_one_line(tmp_path: Path, monkeypatch, command: str) -> None:
+    """--unverified-copy accepts a mirror's copy: without --source it would change nothing, so it is
+    refused (it was ignored, exit 0), before anything is fetched or written."""
+    for name in ("CTSWEEP_UNVERIFIED_COPY", "CTSWEEP_DATA_SOURCE"):
+        monkeypatch.delenv(name, raising=False)
+    root = _project(tmp_path / "project")
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    refused = RUNNER.invoke(app, [command, "icu", "--unverified-copy", "--root", str(root)])
+    assert refused.exit_code == 2
+    assert refused.stderr.splitlines() == [
+        "ctsweep: error: --unverified-copy accepts a mirror's copy, and no mirror is given: add --source "
+        "DIR|FILE|URL (or set CTSWEEP_DATA_SOURCE), or leave the option out to download from the publisher"]
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+
+
+def test_a_bad_environment_value_is_one_line_from_the_command(tmp_path: Path, monkeypatch) -> None:
+    """Not Typer's usage box: the variable's own one-line refusal, exit status 2, nothing written."""
+    monkeypatch.setenv("CTSWEEP_UNVERIFIED_COPY", "maybe")
+    root = _project(tmp_path / "project")
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    refused = RUNNER.invoke(app, ["fetch", "icu", "--source", str(tmp_path), "--root", str(root)])
+    assert refused.exit_code == 2
+    assert refused.stderr.splitlines() == [
+        "ctsweep: error: environment variable CTSWEEP_UNVERIFIED_COPY is 'maybe'; allowed: 1, true, yes, on "
+        "(accept unverified copies) or 0, false, no, off, empty"]
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+
+
 # ------------------------------------------------------------------------------------ the shared copy
 
 SHARED = Path("/work/shared/data/physionet2012")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -41,11 +42,27 @@ SOURCE = typer.Option(
     None, "--source", envvar="CTSWEEP_DATA_SOURCE",
     help="A local directory, file or http(s) URL prefix holding the raw files by name (a mirror).",
 )
+# Not Typer's envvar=: a value it cannot read as a flag ("maybe") would get its usage box; the
+# environment variable is read, and a bad value refused in one line, by _accept_unverified.
 UNVERIFIED_COPY = typer.Option(
-    False, "--unverified-copy", envvar="CTSWEEP_UNVERIFIED_COPY",
-    help="Use a mirror's copy that the publisher's checksums cannot vouch for (no checksum list there, or a "
-         "rebuilt archive), marked unverified in data/raw.lock and in every result made from it.",
+    False, "--unverified-copy",
+    help="Use a mirror's copy (--source) that the publisher's checksums cannot vouch for (no checksum list "
+         "there, or a rebuilt archive), marked unverified in data/raw.lock and in every result made from it. "
+         "CTSWEEP_UNVERIFIED_COPY=1 says the same (for dvc repro).",
 )
+
+
+def _accept_unverified(flag: bool, source: Optional[str]) -> bool:
+    """--unverified-copy or CTSWEEP_UNVERIFIED_COPY (a bad value: one line). The option accepts a
+    mirror's copy, so it is refused without a mirror (--source or CTSWEEP_DATA_SOURCE) instead of
+    being ignored; the variable, set once for a whole `dvc repro`, is not."""
+    from pipeline.data.download import SOURCE_ENV, allowed_by_env
+
+    accept = allowed_by_env() or flag
+    if flag and not (source or os.environ.get(SOURCE_ENV)):
+        raise ConfigError(f"--unverified-copy accepts a mirror's copy, and no mirror is given: add --source "
+                          f"DIR|FILE|URL (or set {SOURCE_ENV}), or leave the option out to download from the publisher")
+    return accept
 
 
 @app.command()
@@ -56,9 +73,10 @@ def fetch(dataset: str = DATASET, source: Optional[str] = SOURCE, unverified_cop
     _names(dataset=dataset)
     from pipeline.data.prepare import fetch as run, unverified_raw_files
 
+    accept = _accept_unverified(unverified_copy, source)
     base, params = _params(root)
     p = dataset_params(params, dataset)
-    paths = run(p, raw_dir(base, dataset), raw_lock_path(base), source, unverified_copy)
+    paths = run(p, raw_dir(base, dataset), raw_lock_path(base), source, accept)
     unverified = unverified_raw_files(p, raw_lock_path(base))
     if not unverified:
         typer.echo(f"fetched {dataset}: {len(paths)} raw file(s) verified in {raw_dir(base, dataset)}")
@@ -75,9 +93,10 @@ def prepare(dataset: str = DATASET, source: Optional[str] = SOURCE, unverified_c
     _names(dataset=dataset)
     from pipeline.data.prepare import prepare as run
 
+    accept = _accept_unverified(unverified_copy, source)
     base, params = _params(root)
     meta = run(dataset, dataset_params(params, dataset), processed_dir(base, dataset), raw_dir(base, dataset),
-               raw_lock_path(base), source, unverified_copy)
+               raw_lock_path(base), source, accept)
     typer.echo(f"prepared {dataset}: {meta.sizes} -> {processed_dir(base, dataset)}"
                + (f" (data: {meta.provenance})" if meta.provenance else ""))
 

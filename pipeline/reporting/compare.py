@@ -89,17 +89,19 @@ def _json(value: Any) -> str:
 
 def compared_files(a: Path, b: Path) -> list[str]:
     """The files to compare, relative to the roots: every results/**/*.json of either root,
-    sorted, then reports/metrics.json if either has it. MissingInputError when A has none of
-    them (the wrong folder, or nothing run yet), or when B is not a folder."""
+    sorted, then reports/metrics.json if either has it. MissingInputError when either root has
+    none of them (the wrong folder, or nothing run yet: every file would differ as `missing`), or
+    when B is not a folder."""
     a, b = Path(a).resolve(), Path(b).resolve()
     if not b.is_dir():
         raise MissingInputError(f"{b} is not a folder; `ctsweep compare A B` takes two project roots")
-    mine = _files(a)
-    if not mine:
-        raise MissingInputError(
-            f"{a} has nothing to compare: no results/**/*.json and no reports/metrics.json; they are "
-            f"produced by `ctsweep search`, `ctsweep final` and `ctsweep report` (or `dvc repro`)")
-    return sorted(set(mine) | set(_files(b)), key=_order)
+    mine, theirs = _files(a), _files(b)
+    for root, files in ((a, mine), (b, theirs)):
+        if not files:
+            raise MissingInputError(
+                f"{root} has nothing to compare: no results/**/*.json and no reports/metrics.json; they are "
+                f"produced by `ctsweep search`, `ctsweep final` and `ctsweep report` (or `dvc repro`)")
+    return sorted(set(mine) | set(theirs), key=_order)
 
 
 def _files(root: Path) -> list[str]:
