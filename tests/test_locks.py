@@ -49,7 +49,55 @@ def test_the_lock_is_reentrant_across_sequential_runs(tmp_path: Path) -> None:
     for _ in range(2):
         with stage_lock(tmp_path, "final", "xor", "cfc"):
             assert (tmp_path / ".ctsweep" / "locks" / "final-xor-cfc.lock").read_text().strip() == str(os.getpid())
-    assert (tmp_path / ".ctsweep" / "locks" / "final-xor-cfc.lock").read_text() == ""
+    assert not (tmp_path / ".ctsweep").exists()  # nothing left behind: no empty lock file, no empty folders
+
+
+def test_letting_go_keeps_the_folders_that_hold_something_else(tmp_path: Path) -> None:
+    (tmp_path / ".ctsweep" / "logs").mkdir(parents=True)
+    with stage_lock(tmp_path, "search", "xor", "cfc"):
+        with stage_lock(tmp_path, "search", "xor", "ncde"):
+            pass
+        assert [p.name for p in (tmp_path / ".ctsweep" / "locks").iterdir()] == ["search-xor-cfc.lock"]
+    assert [p.name for p in (tmp_path / ".ctsweep").iterdir()] == ["logs"]
+
+
+def test_a_killed_holder_s_file_is_taken_over_then_removed(tmp_path: Path) -> None:
+    holder = _holder(tmp_path)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    path = tmp_path / ".ctsweep" / "locks" / "search-xor-cfc.lock"
+    assert path.read_text().strip() == str(holder.pid)  # SIGKILL: nothing could remove it
+    with stage_lock(tmp_path, "search", "xor", "cfc"):
+        assert path.read_text().strip() == str(os.getpid())
+    assert not path.exists()
+
+
+def test_a_taker_racing_a_holder_that_lets_go_never_shares_the_lock(tmp_path: Path) -> None:
+    """Many processes taking and letting go of one lock at once: never two inside at the same time
+    (the removed file a slow taker had opened is not the lock any more)."""
+    code = """
+import sys, os, time
+from pathlib import Path
+from pipeline.stores.locks import BusyError, stage_lock
+root, inside = Path(sys.argv[1]), Path(sys.argv[2])
+held = 0
+for _ in range(200):
+    try:
+        with stage_lock(root, "search", "xor", "cfc"):
+            fd = os.open(inside, os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # fails if another is inside
+            os.close(fd)
+            held += 1
+            os.unlink(inside)
+    except BusyError:
+        pass
+print(held)
+"""
+    inside = tmp_path / "inside"
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(inside)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in results]
+    assert sum(int(out) for out, _ in results) > 0
 
 
 def test_a_sweep_over_several_families_is_refused_when_one_of_them_is_running(tmp_path: Path) -> None:
@@ -61,6 +109,8 @@ def test_a_sweep_over_several_families_is_refused_when_one_of_them_is_running(tm
     try:  # two sweeps of one project at once: the second stops before Ray, naming the running search
         with pytest.raises(BusyError, match=rf"`ctsweep search xor cfc` is already running \(pid {holder.pid},"):
             search_many(tmp_path, "xor", ["ncde", "cfc", "ode_rnn"], SearchParams())
+        # the refused sweep's own lock files (ncde's, taken first) are gone: only the holder's is left
+        assert [p.name for p in (tmp_path / ".ctsweep" / "locks").iterdir()] == ["search-xor-cfc.lock"]
         with stage_lock(tmp_path, "search", "xor", "ncde"):  # the locks it took before the refusal were let go
             pass
         with stage_lock(tmp_path, "final", "xor", "cfc"):

@@ -6,6 +6,12 @@ The lock is an flock on a file under `<root>/.ctsweep/locks/`: the kernel releas
 process ends in any way (SIGKILL included), so a crashed driver never leaves a stale lock.
 It guards drivers on one machine (or on hosts sharing the project over a filesystem with
 working flock); the Ray cluster itself is shared freely.
+
+The file holds its holder's pid and is removed when the holder lets go (and the folders with it,
+when empty), so a finished or refused command leaves nothing behind. Only a killed holder's file
+stays, with its pid, until the next run of that stage takes it over and removes it. Removing a
+lock file while another process may have it open is safe because a taker checks, once it holds
+the lock, that the path still names the file it locked, and starts again if not.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import IO, TypeVar
 
 from pipeline.errors import CtsweepError
 from pipeline.names import check_name
@@ -36,26 +42,47 @@ def stage_lock(root: Path, stage: str, *names: str) -> Iterator[None]:
     for name in names:
         check_name(name, f"{stage} lock name")
     folder = root / ".ctsweep" / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{'-'.join((stage, *names))}.lock"
-    with open(path, "a+") as handle:
+    handle = _locked(folder, path, f"`ctsweep {stage} {' '.join(names)}`")
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # still holding the lock: a taker that opened it meanwhile sees it gone (_locked)
+        handle.close()  # and lets the lock go
+        for empty in (folder, folder.parent):
+            with contextlib.suppress(OSError):  # not empty: another lock, logs, or a taker's new file
+                empty.rmdir()
+
+
+def _locked(folder: Path, path: Path, command: str) -> IO[str]:
+    """`path` opened and flocked; BusyError naming the holder's pid when another process holds it.
+    A file removed by its last holder between our open and our flock is not the lock any more:
+    open the path again."""
+    while True:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            handle = open(path, "a+")
+        except FileNotFoundError:  # a holder letting go removed a folder meanwhile: make it again
+            continue
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip() or "unknown"
-            raise BusyError(f"`ctsweep {stage} {' '.join(names)}` is already running (pid {holder}, lock {path}); "
+            handle.close()
+            raise BusyError(f"{command} is already running (pid {holder}, lock {path}); "
                             f"wait for it or stop it, then run this again") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
         try:
-            yield
-        finally:
-            handle.seek(0)
-            handle.truncate()
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                return handle
+        except FileNotFoundError:
+            pass
+        handle.close()
 
 
 def take_datasets(locks: contextlib.ExitStack, root: Path, stage: str, families: Sequence[str],
