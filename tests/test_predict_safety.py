@@ -12,7 +12,9 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Iterator
 
@@ -210,6 +212,56 @@ def test_errors_echo_only_a_short_prefix_of_a_value(root: Path, tmp_path: Path) 
     np.savez(tmp_path / "ids.npz", x=s.x, t=s.t, ids=ids)
     line = _refused(root, tmp_path, str(tmp_path / "ids.npz"))
     assert "appears twice" in line and len(line) < len(str(tmp_path)) + 200
+
+
+# --------------------------------------------------------------------------------- input files
+
+
+def test_a_csv_separated_by_semicolons_is_refused_naming_the_separator(root: Path, tmp_path: Path) -> None:
+    path = tmp_path / "semi.csv"
+    path.write_text("series;time;a;b\ns1;0;1.5;2\n")
+    line = _refused(root, tmp_path, str(path))
+    assert "is separated by ';', not by commas" in line and "missing columns" not in line
+
+
+def test_a_time_beyond_float32_is_refused_in_one_line_without_numpy_warnings(root: Path, tmp_path: Path) -> None:
+    path = tmp_path / "far.csv"
+    path.write_text("series,time,a,b\ns1,0,1,2\ns1,1e300,1,2\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's overflow warnings were printed before the error line
+        line = _refused(root, tmp_path, str(path))
+    assert line == (f"ctsweep: error: {path}: line 3, column 'time': '1e300' is beyond the float32 range the model "
+                    f"reads times in; allowed: finite times of magnitude up to 3.4e+38")
+
+
+def test_a_fifo_or_a_link_to_a_device_is_named_for_what_it_is(root: Path, tmp_path: Path) -> None:
+    """Not "no such file", and never read (a FIFO would block, /dev/zero never end)."""
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    assert _refused(root, tmp_path, str(fifo)) == (
+        f"ctsweep: error: {fifo}: a FIFO (named pipe), not a regular file; allowed: a .csv or .npz file")
+    link = tmp_path / "zero.csv"
+    link.symlink_to("/dev/zero")
+    assert _refused(root, tmp_path, str(link)) == (
+        f"ctsweep: error: {link}: a character device (a link to /dev/zero), not a regular file; "
+        f"allowed: a .csv or .npz file")
+
+
+def test_csv_series_ids_keep_a_leading_tab_or_carriage_return(root: Path, tmp_path: Path) -> None:
+    """As an .npz's ids do (test_formula_ids_are_neutralised_in_the_csv_and_on_stdout): read as
+    written, then neutralised in the predictions, never stripped into another series' name."""
+    ids = ["\tfoo", "\rbar", "plain"]
+    path = tmp_path / "ids.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["series", "time", "a", "b"])
+        for i, name in enumerate(ids):
+            writer.writerows([[name, 0, 1.0 + i, -2.0], [name, 1, 1.5, -2.5 + i]])
+    out = tmp_path / "p.csv"
+    code, _, stderr = _predict(root, str(path), "--out", str(out))
+    assert code == 0, stderr
+    with open(out, newline="") as f:
+        assert [r["series"] for r in csv.DictReader(f)] == ["'\tfoo", "'\rbar", "plain"]
 
 
 # --------------------------------------------------------------------------------- formulas in ids

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import math
+import stat
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.data.contract import pad_sequences
-from pipeline.data.kinds.local.long_csv import SERIES, TIME, check_csv_bytes  # the layout's key columns, shared with the `local` kind
+from pipeline.data.kinds.local.long_csv import (  # the layout's key columns and checks, shared with the `local` kind
+    SERIES, TIME, check_csv_bytes, check_separator)
 from pipeline.errors import DataError
 from pipeline.names import shown
 
@@ -61,12 +63,26 @@ def read_series(path: Path, channels: list[str]) -> Series:
         raise DataError(f"{path}: unknown file type {shown(path.suffix or '(no suffix)')}; "
                         f"allowed: {', '.join(SUFFIXES)}")
     if not path.is_file():
-        raise DataError(f"{path}: no such file")
+        raise DataError(f"{path}: {_not_a_file(path)}")
     if path.stat().st_size == 0:
         raise DataError(f"{path}: empty file; expected {_format_hint(path, channels)}")
     series = _read_npz(path, channels) if path.suffix.lower() == ".npz" else _read_csv(path, channels)
     _check_times(path, series)
     return series
+
+
+def _not_a_file(path: Path) -> str:
+    """Why `path`, which is not a regular file, cannot be read: missing, or what it is instead (a
+    FIFO would block the read, a device such as /dev/zero never end it)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "no such file"
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    what = next((name for test, name in kinds if test(mode)), "not a regular file")
+    via = f" (a link to {path.resolve()})" if path.is_symlink() else ""
+    return f"{what}{via}, not a regular file; allowed: a .csv or .npz file"
 
 
 def _format_hint(path: Path, channels: list[str]) -> str:
@@ -180,11 +196,13 @@ def _read_csv(path: Path, channels: list[str]) -> Series:
     for line, row in enumerate(body, start=2):
         if len(row) != len(header):
             raise DataError(f"{path}: line {line} has {len(row)} fields; the header has {len(header)}")
-        name, time, *values = (row[i].strip() for i in order)
-        if not name:
+        # The series id as written (a leading tab or carriage return is part of it: the predictions
+        # name the series the file named); the numbers without the spaces around them.
+        name, time, *values = (row[order[0]], *(row[i].strip() for i in order[1:]))
+        if not name.strip():
             raise DataError(f"{path}: line {line}: empty {SERIES!r}; every row names its series")
         observed = [_cell(path, line, c, v) for c, v in zip(channels, values)]
-        groups.setdefault(name, []).append((_cell(path, line, TIME, time, allow_empty=False), observed))
+        groups.setdefault(name, []).append((_time(path, line, time), observed))
     values, times = [], []
     for name, obs in groups.items():
         obs.sort(key=lambda o: o[0])  # stable: equal times keep their file order
@@ -202,6 +220,7 @@ def _check_header(path: Path, header: list[str], channels: list[str]) -> None:
     allowed = [SERIES, TIME, *channels]
     missing = [name for name in allowed if name not in header]
     if missing:
+        check_separator(path, str(path))  # a header split by ';', tabs or '|': say so, not "missing columns"
         raise DataError(f"{path}: missing columns {missing}; expected columns {_names(allowed)} (the model's channels)")
     extra = [h for h in header if h not in allowed]
     if extra:
@@ -224,6 +243,19 @@ def _cell(path: Path, line: int, column: str, text: str, allow_empty: bool = Tru
     except ValueError:
         raise DataError(f"{path}: line {line}, column {shown(column)}: {shown(text)} is not a number"
                         + ("; leave the cell empty when not observed" if allow_empty else "")) from None
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _time(path: Path, line: int, text: str) -> float:
+    """A CSV row's time: a number a float32 holds (the model reads times as float32; a larger one
+    would become inf)."""
+    t = _cell(path, line, TIME, text, allow_empty=False)
+    if math.isfinite(t) and abs(t) > FLOAT32_MAX:
+        raise DataError(f"{path}: line {line}, column {shown(TIME)}: {shown(text)} is beyond the float32 range the "
+                        f"model reads times in; allowed: finite times of magnitude up to {FLOAT32_MAX:.3g}")
+    return t
 
 
 def _check_times(path: Path, s: Series) -> None:

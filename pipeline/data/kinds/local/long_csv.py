@@ -116,7 +116,7 @@ def read_long_csv(path, label: str, split: str, where: str | None = None) -> Par
         raise DataError(f"{where}: duplicated columns {excerpt(duplicated)}; each column once")
     missing = [c for c in (SERIES, TIME, label) if c not in header]
     if missing:
-        _check_separator(path, where)
+        check_separator(path, where)
         raise DataError(f"{where}: missing columns {missing}; expected {SERIES}, {TIME}, the channels and "
                         f"{excerpt(label)} (the `label` key names the label column), optionally {excerpt(split)}")
     channels = [h for h in header if h not in (SERIES, TIME, label, split)]
@@ -250,7 +250,7 @@ def _scan(path: Path, where: str) -> None:
                     f"saved as UTF-16 has one in every other byte: save it as 'CSV UTF-8')")
 
 
-def _check_separator(path: Path, where: str) -> None:
+def check_separator(path: Path, where: str) -> None:
     """DataError naming the separator when the header is split by ';', tabs or '|' rather than
     commas (called when the comma-split header lacks a required column)."""
     with open(path, encoding=ENCODING, errors="replace", newline="") as f:
