@@ -159,6 +159,20 @@ def test_wrong_types_non_finite_numbers_and_huge_counts_are_refused(tmp_path, se
     _refused(write_params(tmp_path, raw), f"{section}.{key}", fragment)
 
 
+@pytest.mark.parametrize(("value", "says"), [
+    (float("nan"), "cfc.lr is nan; allowed: a finite number"),
+    (float("-inf"), "cfc.lr is -inf; allowed: a finite number"),
+    ([0.001, 0.01], "cfc.lr is a list; allowed: one value, a number, a string or true/false"),
+    ({"low": 0.001}, "cfc.lr is a mapping; allowed: one value"),
+    (None, "cfc.lr is empty (null); allowed: one value"),
+])
+def test_a_fixed_value_that_is_no_scalar_is_one_sentence_not_pydantics_union(tmp_path, value, says) -> None:
+    raw = default_params()
+    raw["search"]["fixed"] = {"cfc": {"lr": value}}
+    message = _refused(write_params(tmp_path, raw), "key `search.fixed`: " + says)
+    assert "valid string" not in message and "valid boolean" not in message
+
+
 def test_round_size_left_out_is_two_or_the_whole_search(tmp_path) -> None:
     raw = default_params()
     del raw["search"]["round_size"]

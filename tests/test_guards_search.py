@@ -40,10 +40,10 @@ def _run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           timeout=300)
 
 
-def _files(root: Path) -> dict[str, bytes]:
-    """Every file under the project by relative path, but the stage locks (.ctsweep/locks: one driver per stage)."""
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and not p.relative_to(root).as_posix().startswith(".ctsweep/")}
+def _files(root: Path) -> dict[str, bytes | None]:
+    """Every file and folder under the project by relative path (a folder: None), the stage locks
+    and their folders included: a refused command leaves none behind."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
 
 
 def _params(**changes: dict) -> dict:
@@ -175,12 +175,11 @@ def test_every_shipped_space_passes_its_corner_check_on_the_default_dataset(tiny
     assert plan.family == F
 
 
-def test_a_patience_longer_than_the_search_says_so_and_final_refuses_it(tiny: Path,
-                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_patience_longer_than_the_search_says_so_and_final_refuses_it(tiny: Path) -> None:
     space = tiny / "search_spaces" / "cfc.yaml"
     space.write_text(space.read_text().replace("fixed:\n  default: {}\n", "fixed:\n  default: {patience: 1000}\n"))
-    _plan(tiny, SearchParams(epochs=2, asha={"grace_period": 1}))
-    [note] = [line for line in capsys.readouterr().err.splitlines() if "patience" in line]
+    plan = _plan(tiny, SearchParams(epochs=2, asha={"grace_period": 1}))
+    [note] = [line for line in plan.notes if "patience" in line]  # printed once every check has passed
     assert note == (f"ctsweep: search: {F}: patience 1000 ({space}) is more than search.epochs (2): it never stops a "
                     f"trial of this search; the final stage applies it, and refuses it above final.epochs")
     out = search_result_path(tiny, D, F)
@@ -203,15 +202,24 @@ def test_a_patience_beyond_any_stage_is_refused_at_load(tmp_path: Path) -> None:
         load_space(space)
 
 
-def test_a_small_validation_split_is_one_warning(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_small_validation_split_is_one_warning() -> None:
     from pipeline.data.contract import Meta
-    from pipeline.sweep.search import _warn_small_splits
+    from pipeline.sweep.search import _small_splits
 
-    _warn_small_splits("tiny", Meta(name="tiny", task="binary", per_step=False, output_size=1, metric="auroc",
-                                    channels=["a"], source="t", sizes={"train": 30, "val": 4, "test": 12}))
-    assert capsys.readouterr().err.splitlines() == [
+    assert _small_splits("tiny", Meta(name="tiny", task="binary", per_step=False, output_size=1, metric="auroc",
+                                      channels=["a"], source="t", sizes={"train": 30, "val": 4, "test": 12})) == [
         "ctsweep: search: warning: tiny has only 4 val series: a score over fewer than 10 moves by more than 10 "
         "points with one series (prepare more, or final.validation: per_seed)"]
+
+
+def test_a_refusal_after_a_notice_is_its_own_line_alone(tiny: Path) -> None:
+    """A value fixed by params.yaml is a notice ("fixed by params.yaml search.fixed"), and a value the
+    model refuses an error: the refusal comes alone, the notice is printed only once every check
+    has passed (pipeline.sweep.plans FamilyPlan.notes)."""
+    write_params(tiny, _params(search={"fixed": {F: {"hidden_size": -32}}}))
+    line = _refused(tiny, "search", D, F)
+    assert line.startswith("ctsweep: error: params.yaml search.fixed.cfc: key `hidden_size`: -32 is refused by CfC ("
+                           "ValueError: hidden_size must be > 0, got -32); allowed: "), line
 
 
 # ----------------------------------------------------------------------------- real searches

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import SearchParams
+from pipeline.errors import OutputError
 from pipeline.stores.locks import BusyError, stage_lock
 from pipeline.sweep.search import search
 
@@ -59,6 +60,13 @@ def test_letting_go_keeps_the_folders_that_hold_something_else(tmp_path: Path) -
             pass
         assert [p.name for p in (tmp_path / ".ctsweep" / "locks").iterdir()] == ["search-xor-cfc.lock"]
     assert [p.name for p in (tmp_path / ".ctsweep").iterdir()] == ["logs"]
+
+
+def test_a_file_where_the_lock_folder_goes_is_one_error(tmp_path: Path) -> None:
+    (tmp_path / ".ctsweep").write_text("not a folder")
+    with pytest.raises(OutputError, match=r"\.ctsweep is a file, not a folder: ctsweep keeps its stage locks in "):
+        with stage_lock(tmp_path, "search", "xor", "cfc"):
+            pass
 
 
 def test_a_killed_holder_s_file_is_taken_over_then_removed(tmp_path: Path) -> None:

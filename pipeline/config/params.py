@@ -12,6 +12,7 @@ trials, and dataset and family names are identifiers (pipeline/names.py), checke
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -34,6 +35,22 @@ def _known_families(overrides: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown families {_few(unknown)}; valid: {family_names()}")
     return overrides
+
+
+def _fixed_values(fixed: Any) -> Any:
+    """search.fixed's values, checked before pydantic's union of scalar types (whose refusal lists
+    every type it tried): each a string, true/false or a finite number."""
+    if not isinstance(fixed, dict):
+        return fixed
+    for family, values in fixed.items():
+        for key, value in (values.items() if isinstance(values, dict) else ()):
+            if isinstance(value, (dict, list, tuple)) or value is None:
+                what = "a mapping" if isinstance(value, dict) else "a list" if value is not None else "empty (null)"
+                raise ValueError(f"{family}.{key} is {what}; allowed: one value, a number, a string or "
+                                 f"true/false (the space searches lists of values; `fixed` sets one)")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{family}.{key} is {value}; allowed: a finite number")
+    return fixed
 
 
 def _distinct(items: list[Any], what: str) -> list[Any]:
@@ -124,6 +141,7 @@ class SearchParams(_Strict):
                                    "filesystem for a multi-node cluster) or a URI such as s3://bucket/ctsweep")
 
     _family_names = field_validator("family_resources", "family_time_limit_s", "fixed")(_known_families)
+    _fixed = field_validator("fixed", mode="before")(_fixed_values)
     _epochs = field_validator("epochs")(_counted(1, MAX_EPOCHS, "the most epochs a trial trains"))
     _min_steps = field_validator("min_steps")(_counted(1, MAX_STEPS, "1: one pass over the training split per epoch"))
     _time_limit = field_validator("trial_time_limit_s")(checked(time_limit_problem))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -113,8 +114,12 @@ def _cut_short(exc: json.JSONDecodeError) -> bool:
 
 
 def check_writable(folder: Path, need_bytes: int = 1 << 20) -> None:
-    """Before a long stage starts: create `folder` and write (and remove) a probe file of
-    `need_bytes` there, so a read-only path or a full disk fails now, not hours later."""
+    """Before a long stage starts: write (and remove) a probe file of `need_bytes` in `folder`, so a
+    read-only path or a full disk fails now, not hours later. The folders it had to create for the
+    probe are removed again (the stage's writers create them when they write): a command refused
+    after this check leaves nothing behind."""
+    folder = Path(folder)
+    created = [f for f in (folder, *folder.parents) if not f.exists()]  # deepest first
     probe = None
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -128,3 +133,6 @@ def check_writable(folder: Path, need_bytes: int = 1 << 20) -> None:
     finally:
         if probe is not None:
             Path(probe).unlink(missing_ok=True)
+        for made in created:
+            with contextlib.suppress(OSError):  # something else wrote there meanwhile: it stays
+                made.rmdir()

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TypeVar
 
-from pipeline.errors import CtsweepError
+from pipeline.errors import CtsweepError, OutputError
 from pipeline.names import check_name
 
 
@@ -59,6 +59,14 @@ def stage_lock(root: Path, stage: str, *names: str) -> Iterator[None]:
                 empty.rmdir()
 
 
+def _check_folders(folder: Path) -> None:
+    """OutputError when a file stands where the lock folder or its parent must be."""
+    for place in (folder.parent, folder):
+        if place.exists() and not place.is_dir():
+            raise OutputError(f"{place} is a file, not a folder: ctsweep keeps its stage locks in {folder}; "
+                              f"move the file away, then run this again")
+
+
 def _locked(folder: Path, path: Path, command: str) -> IO[str]:
     """`path` opened and flocked; BusyError naming the holder's pid when another process holds it.
     A file removed by its last holder between our open and our flock is not the lock any more:
@@ -67,7 +75,11 @@ def _locked(folder: Path, path: Path, command: str) -> IO[str]:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             handle = open(path, "a+")
-        except FileNotFoundError:  # a holder letting go removed a folder meanwhile: make it again
+        except (FileNotFoundError, FileExistsError, NotADirectoryError):
+            # A holder letting go removed a folder meanwhile (mkdir raises FileExistsError when that
+            # happens between its own two attempts): make it again. A file in a folder's place is
+            # the user's to move.
+            _check_folders(folder)
             continue
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -8,8 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +81,9 @@ class FamilyPlan:
     # Its name in the Ray experiment (its units' key, its trials' FAMILY_KEY): the family, or
     # "<dataset>/<family>" when several datasets share the experiment (pipeline.sweep.datasets).
     key: str = ""
+    # What the checks changed or noticed (a batch clipped, values fixed by the run): printed once
+    # every check of the command has passed (pipeline.sweep.search), so a refusal is its line alone.
+    notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.key = self.key or self.family
@@ -92,34 +94,32 @@ def plan_family(root: Path, dataset: str, family: str, p: SearchParams, meta: An
     if meta.vocab_size:  # a token dataset: refuse families that cannot read an embedding, before Ray
         check_token_family(family, get_model_class(family), dataset)
     space = load_space(space_path(root, family), family).for_dataset(dataset)  # its fixed values and reference
+    notes: list[str | None] = []
     space, note = fix_values(space, p.fixed.get(family, {}))  # this run's protocol for it (a profile's)
-    if note:
-        print(f"ctsweep: search: {note}", file=sys.stderr)
+    notes.append(note)
     n_train = (meta.sizes or {}).get("train")
     if n_train:  # a batch never exceeds the training split (pipeline/training/budget.py)
         space, note = space.clip_batch(int(n_train), dataset)
-        if note:
-            print(f"ctsweep: search: {note}", file=sys.stderr)
+        notes.append(note)
     causal = None
     if meta.per_step:  # no configuration reads inputs after the step it predicts (issue 30)
         before = space
         space, note = causal_space(space, dataset)
-        if note:
-            print(f"ctsweep: search: {note}", file=sys.stderr)
+        notes.append(note)
         causal = space if space is not before else None
     check_for_dataset(space, dataset, meta.task, bool(meta.vocab_size), p.epochs)
     run_fixed = p.fixed.get(family, {})
     check_corners(space, meta.embedding_size if meta.vocab_size else len(meta.channels), meta.output_size,
                   meta.per_step, _where(space, run_fixed), f"checked at the reference and the corners of the space on "
                   f"{dataset}, before any trial")
-    note = patience_note(space, p.epochs, f"{FIXED_BY_RUN}.{family}" if "patience" in run_fixed else str(space.path))
-    if note:
-        print(f"ctsweep: search: {note}", file=sys.stderr)
+    notes.append(patience_note(space, p.epochs, f"{FIXED_BY_RUN}.{family}" if "patience" in run_fixed
+                               else str(space.path)))
     fp = search_fingerprint(dataset, family, p, space_path(root, family), data_dir, causal)
     out = search_result_path(root, dataset, family)
     check_writable(out.parent)
     return FamilyPlan(family, space, p.resources_for(family), fp, out,
-                      staleness.inputs_digest(fp, staleness.code_digest(staleness.SEARCH_CODE)))
+                      staleness.inputs_digest(fp, staleness.code_digest(staleness.SEARCH_CODE)),
+                      notes=[f"ctsweep: search: {n}" for n in notes if n])
 
 
 def _where(space: SearchSpace, run_fixed: dict[str, Any]) -> Any:

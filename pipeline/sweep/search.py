@@ -39,7 +39,7 @@ import contextlib
 import logging
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -136,6 +136,7 @@ class _Part:
     done: dict[str, dict[str, Any]]
     client: Any = None
     exp_id: str = ""
+    notes: list[str] = field(default_factory=list)  # the dataset's own (a small split); its plans' in FamilyPlan.notes
 
     @property
     def todo(self) -> list[FamilyPlan]:
@@ -149,11 +150,10 @@ def _part(root: Path, dataset: str, families: list[str], p: SearchParams, only_s
     read_lock(raw_lock_path(root), dataset)  # the data's provenance is recorded there: a damaged file is refused
     meta = load_meta(data_dir)
     data = load_dataset(data_dir)  # a corrupt split fails now, before Ray and MLflow; shipped to every trial
-    _warn_small_splits(dataset, meta)
     plans = [plan_family(root, dataset, family, p, meta, data_dir) for family in families]
     done = {plan.family: {**record, "up_to_date": True}  # the flag is for the caller; the file is untouched
             for plan in plans if only_stale and (record := staleness.current_record(plan.out, plan.digest)) is not None}
-    part = _Part(dataset, data_dir, meta, data, plans, done)
+    part = _Part(dataset, data_dir, meta, data, plans, done, notes=_small_splits(dataset, meta))
     for plan in part.todo if trial_fn is run_trial else ():  # a limit below one epoch of the reference fails every
         check_time_limit(plan, p, data, dataset)  # trial (epoch_time.py; a stand-in trial trains nothing to measure)
     return part
@@ -176,6 +176,7 @@ def _search(root: Path, parts: list[_Part], p: SearchParams, fresh: bool,
             for plan in {plan.family: plan for part in active for plan in part.todo}.values():
                 check_fits(plan.res, f"search.family_resources.{plan.family}" if plan.family in p.family_resources
                            else "search.resources", p.autoscaling)
+            _print_notes(active)  # every check passed: a refusal above was its own line alone
             for part in active:
                 part.client, part.exp_id = tracking.experiment_id(root, part.dataset)
             with shown(uri, [part.exp_id for part in active], SEARCH) as started:
@@ -262,15 +263,23 @@ def _kept_line(root: Path, plan: FamilyPlan, record: dict[str, Any]) -> str:
             f"the earlier result to record {plan.family} as failed.")
 
 
-def _warn_small_splits(dataset: str, meta: Any) -> None:
+def _small_splits(dataset: str, meta: Any) -> list[str]:
     """One line when a split holds fewer than MIN_SERIES series (pipeline/config/limits.py): the
     search chooses by a score over it, which one series moves by more than 10 points."""
     small = [f"{n} {name}" for name, n in (meta.sizes or {}).items()
              if name in ("train", "val", "test") and n < MIN_SERIES]
-    if small:
-        print(f"ctsweep: search: warning: {dataset} has only {', '.join(small)} series: a score over fewer than "
-              f"{MIN_SERIES} moves by more than {100 // MIN_SERIES} points with one series (prepare more, or "
-              f"final.validation: per_seed)", file=sys.stderr)
+    if not small:
+        return []
+    return [f"ctsweep: search: warning: {dataset} has only {', '.join(small)} series: a score over fewer than "
+            f"{MIN_SERIES} moves by more than {100 // MIN_SERIES} points with one series (prepare more, or "
+            f"final.validation: per_seed)"]
+
+
+def _print_notes(active: list[_Part]) -> None:
+    """The notes of the datasets and families about to be searched, once each, on stderr."""
+    for part in active:
+        for line in [*part.notes, *(note for plan in part.todo for note in plan.notes)]:
+            print(line, file=sys.stderr)
 
 
 def _warn_failed(root: Path, out: Path, record: dict[str, Any]) -> None:
