@@ -62,6 +62,29 @@ def test_unknown_model_key_names_file_and_allowed(tmp_path: Path) -> None:
     _refused(beside, "key `fixed.hidden_size`", "beside per-dataset entries; allowed: the value under `fixed.default`")
 
 
+def test_an_error_in_an_anchored_reference_block_names_that_block(tmp_path: Path) -> None:
+    """cfc.yaml's `xor_dense: *s1` repeats the `xor_event: &s1` block: an error in it names
+    reference.xor_event, the block a user edits, not the alias (the datasets are checked in the
+    file's order, and an error met first through an alias names the block it repeats)."""
+    path = tmp_path / "cfc.yaml"
+    path.write_text((REPO / "search_spaces" / "cfc.yaml").read_text().replace(
+        "  xor_event: &s1  # Table S1\n", "  xor_event: &s1  # Table S1\n    bogus_key: 3\n", 1))
+    with pytest.raises(ConfigError) as err:
+        load_space(path)
+    assert str(err.value) == (f"{path}: key `reference.xor_event`: ['bogus_key'] are not searched params (fixed values "
+                              f"go under `fixed`)")
+
+
+def test_an_alias_names_the_block_it_repeats() -> None:
+    from pipeline.spaces.load import _anchor_of
+
+    block = {"lr": 0.05}
+    raw = {"default": {"lr": 0.01}, "xor_event": block, "xor_dense": block, "other": {"lr": 0.05}}
+    assert _anchor_of(raw, "xor_dense") == "xor_event"
+    assert _anchor_of(raw, "xor_event") is None and _anchor_of(raw, "other") is None  # equal is not the same block
+    assert _anchor_of(raw, None) is None and _anchor_of({"lr": 0.1}, "x") is None
+
+
 def test_learning_rate_must_be_loguniform(tmp_path: Path) -> None:
     path = _write(tmp_path, "ncde", lambda r: r["params"].update(lr={"distribution": "uniform", "low": 1e-4, "high": 1e-2}))
     with pytest.raises(ConfigError, match=r"params\.lr.*loguniform"):

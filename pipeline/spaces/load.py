@@ -5,6 +5,7 @@ SearchSpace, and finding the file of a family.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pipeline.config import read_yaml
 from pipeline.errors import ConfigError
@@ -53,12 +54,31 @@ def load_space(path: str | Path, family: str | None = None) -> SearchSpace:
     space = SearchSpace(family, params, fixed, reference, path,
                         {d: reference_by.get(d, reference) for d in set(reference_by) | set(fixed_by)},
                         {d: fixed_by.get(d, fixed) for d in set(reference_by) | set(fixed_by)})
-    for dataset in [None, *space.references]:
+    written = list(raw.get("reference") or {}) + list(raw.get("fixed") or {})  # the file's order
+    for dataset in [None, *sorted(space.references, key=lambda d: (written.index(d), d) if d in written else (0, d))]:
         resolved = space if dataset is None else space.for_dataset(dataset)
         key = "reference" if dataset is None else f"reference.{dataset}"
-        _check_reference(path, resolved, resolved.reference, "reference.default" if reference_by and dataset is None
-                         else key)
+        key = "reference.default" if reference_by and dataset is None else key
+        try:
+            _check_reference(path, resolved, resolved.reference, key)
+        except ConfigError as exc:
+            anchor = _anchor_of(raw.get("reference"), dataset)
+            if anchor is None:
+                raise
+            raise ConfigError(str(exc).replace(f"key `{key}`", f"key `reference.{anchor}` (through its YAML alias "
+                                                               f"in reference.{dataset})", 1)) from None
     return space
+
+
+def _anchor_of(raw_reference: Any, dataset: str | None) -> str | None:
+    """The earlier entry of `reference:` whose block `dataset`'s entry repeats through a YAML alias
+    (`xor_dense: *s1`: the very mapping of `xor_event: &s1`), so an error names the block a user
+    edits, not the alias."""
+    if not isinstance(raw_reference, dict) or dataset not in raw_reference:
+        return None
+    entry = raw_reference[dataset]
+    first = next(name for name, other in raw_reference.items() if other is entry)  # the anchor comes first
+    return first if first != dataset else None
 
 
 def space_path(root: Path, family: str) -> Path:
