@@ -96,6 +96,34 @@ def test_check_family_refuses_a_module_that_ends_or_stalls_its_import_in_one_lin
     assert time.monotonic() - started < 120
 
 
+def test_a_module_still_importing_after_seconds_is_named_with_the_limit_at_once(tmp_path: Path) -> None:
+    """A module that sleeps at import: `check-family` says within 5 s what it waits for and for how
+    long (it was silent until the limit), then refuses it at the limit; two lines in all."""
+    _module(tmp_path, "uf_g_sleeps", "import time\ntime.sleep(600)\n")
+    _project(tmp_path, {"mine": "uf_g_sleeps:Tiny"})
+    before = _files(tmp_path)
+    command = [str(CTSWEEP)] if CTSWEEP.exists() else [sys.executable, "-m", "pipeline.cli.app"]
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}, "CTSWEEP_IMPORT_TIMEOUT": "12"}
+    started = time.monotonic()
+    proc = subprocess.Popen([*command, "check-family", "mine", "--root", str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        first = proc.stderr.readline()
+        said_after = time.monotonic() - started
+        rest = proc.stderr.read()
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    assert first.rstrip("\n") == ("ctsweep: waiting for `import uf_g_sleeps` (a family's module, imported first in a "
+                                  "separate process) to finish: up to 12 s in all (CTSWEEP_IMPORT_TIMEOUT=<seconds> "
+                                  "sets the limit per module)")
+    # WAITING_NOTICE_S (4 s) after the probe starts: well before the 12-s limit whatever the load
+    assert said_after < 11, said_after
+    assert proc.returncode == 2 and re.search(ORIGIN + r"`import uf_g_sleeps` did not finish within 12 s", rest), rest
+    assert len(rest.splitlines()) == 1
+    assert _files(tmp_path) == before
+
+
 def test_ctsweep_check_refuses_it_too_and_a_good_module_passes(tmp_path: Path) -> None:
     _module(tmp_path, "uf_g_exits", BAD["exits"][0])
     _module(tmp_path, "uf_g_good", GOOD)

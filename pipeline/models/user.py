@@ -43,6 +43,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -55,6 +56,7 @@ ENTRY_POINT_GROUP = "ctsweep.families"
 ENV = "CTSWEEP_USER_FAMILIES"
 TIMEOUT_ENV = "CTSWEEP_IMPORT_TIMEOUT"
 DEFAULT_TIMEOUT = 60.0
+WAITING_NOTICE_S = 4.0  # an import still running after this long is named on stderr, with the limit
 # What user code (an import, a model's methods) may raise that is its own doing: Python's exceptions,
 # sys.exit and KeyboardInterrupt included. ctsweep's Interrupted (a real SIGINT or SIGTERM,
 # pipeline/runtime/interrupts.py) is none of these and passes as a stop.
@@ -348,11 +350,18 @@ def probe(modules: list[str], path: list[str], timeout: float,
                                   json.dumps(modules)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                  stderr=stderr, pass_fds=(report.fileno(),), start_new_session=True)
         limit = timeout * len(modules)
+        # A module still importing after a few seconds (one that sleeps or waits for a lock at import)
+        # would keep the command silent until the limit: say what it waits for, and for how long.
+        waiting = threading.Timer(WAITING_NOTICE_S, _say_waiting, (modules, limit))
+        waiting.daemon = True
+        if limit > WAITING_NOTICE_S:
+            waiting.start()
         try:
             if meanwhile is not None:
                 meanwhile()
             code = _exit_status(child.pid, child_started + limit)
         finally:
+            waiting.cancel()
             _kill(child)
         report.seek(0)
         events = [json.loads(line) for line in report.read().splitlines() if line.strip()]
@@ -370,6 +379,12 @@ def probe(modules: list[str], path: list[str], timeout: float,
     how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with status {code}"
     last = f"; its last output: {excerpt(said[-1], 120)}" if said else ""
     return current, f"ended the process: the interpreter importing it {how}{last}"
+
+
+def _say_waiting(modules: list[str], limit: float) -> None:
+    names = ", ".join(f"`import {m}`" for m in modules)
+    print(f"ctsweep: waiting for {names} (a family's module, imported first in a separate process) to finish: "
+          f"up to {limit:g} s in all ({TIMEOUT_ENV}=<seconds> sets the limit per module)", file=sys.stderr, flush=True)
 
 
 def _signal_name(number: int) -> str:
