@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,25 @@ def test_a_trial_time_limit_below_one_measured_epoch_is_refused_before_ray(tiny:
                            f"of {D}/{F}: at its reference configuration one optimiser step took "), line
     assert "one optimiser step took" in line and "allowed: at least" in line, line
     assert not (tiny / "mlflow.db").exists() and not (tiny / "ray_results").exists()
+
+
+@pytest.mark.parametrize(("stage", "resources", "asked"), [
+    ("search", {"gpu": 1}, "cpu=1, gpu=1"),
+    ("search", {"cpu": 64}, "cpu=64, gpu=0"),
+    ("final", {"cpu": 64}, "cpu=64, gpu=0"),
+])
+def test_resources_this_machine_cannot_meet_are_refused_before_ray_starts(tiny: Path, stage: str, resources: dict,
+                                                                         asked: str) -> None:
+    """A local instance's resources are this machine's: known before Ray starts (it took about a
+    minute and three lines, Ray's start-up included)."""
+    write_params(tiny, _params(**{stage: {"resources": resources}}))
+    started = time.monotonic()
+    line = _refused(tiny, stage, D, F)
+    cpus = os.cpu_count()
+    assert line == (f"ctsweep: error: params.yaml: `{stage}.resources` asks for {asked}, which this machine cannot "
+                    f"provide to the local Ray instance the command starts (it has CPU={cpus}, GPU=0). Lower the "
+                    f"request, or set RAY_ADDRESS to a cluster that has it."), line
+    assert time.monotonic() - started < 60
 
 
 def test_lr_factors_outside_a_decade_are_refused(tiny: Path) -> None:

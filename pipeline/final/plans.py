@@ -26,6 +26,7 @@ from pipeline.stores import staleness, tracking
 from pipeline.stores.files import check_writable, write_json
 from pipeline.stores.paths import final_result_path, processed_dir, require, search_result_path
 from pipeline.stores.schema import SEARCH_FOR_FINAL, read_record
+from pipeline.sweep.cluster import check_fits, local_node
 from pipeline.training.budget import steps_per_epoch
 
 
@@ -133,6 +134,8 @@ def family_plan(inputs: Inputs, family: str, p: FinalParams, only_stale: bool) -
     for _, config in repeats:
         _check_protocol(config, inputs.data.meta, p.epochs, dataset, family)
         _check_causal(config, inputs.data.meta, dataset, family)
+    if (here := local_node()) is not None:  # a local instance: what this machine cannot meet, before any write
+        check_fits(p.resources_for(family), resources_key(p, family), nodes=here)
     client, exp_id = inputs.experiment
     timing = searched_timing(client, searched)
     _check_time_limit(timing, p, dataset, family)
@@ -152,6 +155,11 @@ def family_plan(inputs: Inputs, family: str, p: FinalParams, only_stale: bool) -
             for factor in ((1.0, *p.lr_factors) if i == 0 else (1.0,)) for s in p.seeds]
     kept = final_resume.finished_seeds(client, exp_id, parent) if resumed else {}
     return Plan(family, p, searched, parent, resumed, jobs, kept, digest)
+
+
+def resources_key(p: FinalParams, family: str) -> str:
+    """The params.yaml key that set the family's final-stage resources."""
+    return f"final.family_resources.{family}" if family in p.family_resources else "final.resources"
 
 
 def _skip_failed(root: Path, dataset: str, family: str, searched: dict[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from pipeline.config import FinalParams
 from pipeline.data.contract import Dataset
 from pipeline.data.provenance import provenance_fields
 from pipeline.final.repeats import between_repeats, searched_repeats, summary as _summary
-from pipeline.final.plans import Inputs, Part, Plan, dataset_part, scaled_lr
+from pipeline.final.plans import Inputs, Part, Plan, dataset_part, resources_key, scaled_lr
 from pipeline.final.seeds import SeedJob, spread, train_seed
 from pipeline.models import get_model_class
 from pipeline.runtime.interrupts import Interrupted, deferred, wrote
@@ -108,9 +108,7 @@ def _run(parts: list[Part]) -> None:
                 check_shared_storage(tracking.tracking_uri(parts[0].inputs.root))
                 for _, plan in cells:
                     if plan.todo:
-                        check_fits(plan.p.resources_for(plan.family),
-                                   f"final.family_resources.{plan.family}" if plan.family in plan.p.family_resources
-                                   else "final.resources")
+                        check_fits(plan.p.resources_for(plan.family), resources_key(plan.p, plan.family))
                 datas = {part.inputs.dataset: part.inputs.data for part in parts if any(plan.todo for plan in part.plans)}
                 uri = tracking.tracking_uri(parts[0].inputs.root)
                 with shown(uri, sorted({part.inputs.experiment[1] for part in parts}), FINAL) as started:

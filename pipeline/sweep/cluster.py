@@ -95,15 +95,18 @@ def _fits(node: dict[str, float], bundle: dict[str, float]) -> int:
     return min(counts) if counts else 1 << 30
 
 
-def check_fits(resources: Resources, key: str, autoscaling: bool = False) -> None:
+def check_fits(resources: Resources, key: str, autoscaling: bool = False,
+               nodes: list[dict[str, float]] | None = None) -> None:
     """Refuse at once a request no node can satisfy, instead of a trial PENDING forever.
 
     `resources.workers` copies of {cpu, gpu} must fit on the cluster's nodes (one process each,
     placed by Ray). With `autoscaling` the cluster may add nodes later: nothing is refused.
+    `nodes`: those of a local instance not started yet (local_node), else the connected cluster's.
     """
     if autoscaling:
         return
-    nodes = alive_nodes()
+    here = nodes is not None
+    nodes = nodes if here else alive_nodes()
     bundle = {"CPU": resources.cpu, "GPU": resources.gpu}
     room = sum(_fits(node, bundle) for node in nodes)
     if room >= resources.workers:
@@ -111,10 +114,31 @@ def check_fits(resources: Resources, key: str, autoscaling: bool = False) -> Non
     largest = max(nodes, key=lambda n: (n.get("GPU", 0.0), n.get("CPU", 0.0)), default={})
     asked = f"cpu={resources.cpu:g}, gpu={resources.gpu:g}" + (
         f" for each of {resources.workers} workers" if resources.workers > 1 else "")
+    has = f"CPU={largest.get('CPU', 0):g}, GPU={largest.get('GPU', 0):g}"
+    if here:
+        raise ResourceError(
+            f"params.yaml: `{key}` asks for {asked}, which this machine cannot provide to the local Ray instance "
+            f"the command starts (it has {has}). Lower the request, or set RAY_ADDRESS to a cluster that has it.")
     raise ResourceError(
         f"params.yaml: `{key}` asks for {asked}, which this Ray cluster cannot provide "
-        f"({len(nodes)} node(s); the largest has CPU={largest.get('CPU', 0):g}, GPU={largest.get('GPU', 0):g}). "
+        f"({len(nodes)} node(s); the largest has {has}). "
         f"Lower the request, add nodes, or set `search.autoscaling: true` if the cluster adds nodes on demand.")
+
+
+def local_node() -> list[dict[str, float]] | None:
+    """What a local Ray instance started by ray_session would declare here, for check_fits before
+    it starts: None when Ray is initialised or RAY_ADDRESS names a cluster (the cluster is asked).
+
+    Upper bounds of what Ray detects, so that nothing it would accept is refused: every CPU the
+    system has (Ray may count fewer under a container's quota), and the GPUs torch or the NVIDIA
+    device files show (Ray reads CUDA_VISIBLE_DEVICES or NVML)."""
+    if os.environ.get("RAY_ADDRESS") or ray.is_initialized():
+        return None
+    import torch
+
+    devices = len(list(Path("/dev").glob("nvidia[0-9]*"))) if "CUDA_VISIBLE_DEVICES" not in os.environ else 0
+    gpus = max(torch.cuda.device_count(), devices)
+    return [{"CPU": float(os.cpu_count() or 1), "GPU": float(gpus)}]
 
 
 PENDING_TRIALS_ENV = "TUNE_MAX_PENDING_TRIALS_PG"

@@ -61,7 +61,8 @@ from pipeline.stores.locks import take_datasets
 from pipeline.stores.paths import processed_dir, raw_lock_path, require
 from pipeline.stores.ray_storage import check_storage_path
 from pipeline.sweep import run_lookup, sensitivity
-from pipeline.sweep.cluster import check_fits, check_shared_storage, is_uri, pending_trials, ray_session
+from pipeline.sweep.cluster import (check_fits, check_shared_storage, is_uri, local_node, pending_trials,
+                                    ray_session)
 from pipeline.sweep.early_records import EarlyRecords
 from pipeline.sweep.epoch_time import check_time_limit
 from pipeline.sweep.families import family_of
@@ -166,6 +167,9 @@ def _search(root: Path, parts: list[_Part], p: SearchParams, fresh: bool,
     if not is_uri(storage):
         check_writable(Path(storage))
     active = [part for part in parts if part.todo]
+    here = local_node()  # a local instance: a request this machine cannot meet is refused before it starts
+    for plan in {plan.family: plan for part in active for plan in part.todo}.values() if here else ():
+        check_fits(plan.res, _resources_key(p, plan.family), p.autoscaling, nodes=here)
     records: dict[tuple[str, str], dict[str, Any]] = {}
     written: dict[tuple[str, str], Path] = {}  # (dataset, family) -> where its record went, once written and closed
     if active:
@@ -174,8 +178,7 @@ def _search(root: Path, parts: list[_Part], p: SearchParams, fresh: bool,
         with ray_session(dashboard=any(plan.res.workers > 1 for part in active for plan in part.todo)):
             check_shared_storage(uri, p.storage_path, "search.storage_path")
             for plan in {plan.family: plan for part in active for plan in part.todo}.values():
-                check_fits(plan.res, f"search.family_resources.{plan.family}" if plan.family in p.family_resources
-                           else "search.resources", p.autoscaling)
+                check_fits(plan.res, _resources_key(p, plan.family), p.autoscaling)
             _print_notes(active)  # every check passed: a refusal above was its own line alone
             for part in active:
                 part.client, part.exp_id = tracking.experiment_id(root, part.dataset)
@@ -261,6 +264,11 @@ def _kept_line(root: Path, plan: FamilyPlan, record: dict[str, Any]) -> str:
             f"the earlier result {_shown(root, plan.out)} is kept and this search was written beside it to "
             f"{_shown(root, failed_path(plan.out))}: fix the cause and search again, or move the failed search over "
             f"the earlier result to record {plan.family} as failed.")
+
+
+def _resources_key(p: SearchParams, family: str) -> str:
+    """The params.yaml key that set the family's resources."""
+    return f"search.family_resources.{family}" if family in p.family_resources else "search.resources"
 
 
 def _small_splits(dataset: str, meta: Any) -> list[str]:
