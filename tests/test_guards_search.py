@@ -126,6 +126,16 @@ def test_resources_this_machine_cannot_meet_are_refused_before_ray_starts(tiny: 
     assert time.monotonic() - started < 60
 
 
+def test_check_runs_the_search_s_corner_check_on_the_prepared_dataset(tiny: Path) -> None:
+    """`ctsweep check` refuses what `ctsweep search` would refuse before any trial, in the same line."""
+    done = _run(tiny, "check")
+    assert done.returncode == 0 and "checked on the 1 prepared dataset(s) as the search checks them" in done.stdout
+    write_params(tiny, _params(search={"fixed": {F: {"hidden_size": -32}}}))
+    checked = _refused(tiny, "check")
+    assert checked == _refused(tiny, "search", D, F)
+    assert "key `hidden_size`: -32 is refused by CfC" in checked, checked
+
+
 def test_lr_factors_outside_a_decade_are_refused(tiny: Path) -> None:
     write_params(tiny, _params(final={"lr_factors": [1.0e-300]}))
     line = _refused(tiny, "final", D, F)

@@ -355,8 +355,9 @@ def profile_command(
 @app.command("check")
 @_stage
 def check_command(root: Path = ROOT) -> None:
-    """Validate params.yaml, the search space of every listed family and the storages; start and
-    write nothing. Prints "ok: ..." or the one-line error (exit status 2)."""
+    """Validate params.yaml, the search space of every listed family (on each prepared dataset as
+    the search checks it: the reference and the corners of the space built by the model) and the
+    storages; start and write nothing. Prints "ok: ..." or the one-line error (exit status 2)."""
     from pipeline.cli.check import check_project
 
     typer.echo(check_project(project_root(root)))

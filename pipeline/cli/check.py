@@ -4,6 +4,8 @@ It validates params.yaml (every section, the precompute specs and UEA archive na
 the search space of every family listed in `families`, and the two stores a search writes (`search.storage_path`,
 `search.optuna_storage`). It starts no Ray, writes and creates no file (an SQLite store is only
 read), and fails on the first problem with the same one-line ConfigError a stage would give.
+On every dataset already prepared it runs the search's own checks of each family's space (the
+reference and the corners of the space built by the model: pipeline.sweep.plans.checked_space).
 The user families params.yaml declares are imported as every stage imports them: each module
 tried first in a separate interpreter within CTSWEEP_IMPORT_TIMEOUT seconds (default 60), so one
 that exits, crashes or hangs when imported is a one-line error too (pipeline/models/user.py).
@@ -12,6 +14,7 @@ that exits, crashes or hangs when imported is a one-line error too (pipeline/mod
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pipeline.config import load_params
 from pipeline.errors import ConfigError
@@ -30,12 +33,36 @@ def check_project(root: Path) -> str:
         if section.kind == "uea":  # the archive's name: `prepare` checks it too, before any download
             _check_uea_name(root / "params.yaml", dataset, section.name)
     n_params = sum(len(load_space(space_path(root, family), family).params) for family in params.families)
+    prepared = _corners(root, params)
     storage = check_storage_path(root, params.search.storage_path)
     optuna_url = check_optuna_storage(root, params.search.optuna_storage)
     precompute = sum(len(getattr(p, "precompute", ())) for p in params.prepare.values())
     return (f"ok: {root / 'params.yaml'}: {len(params.datasets)} dataset(s) ({len(params.prepare)} defined, "
             f"{precompute} precompute spec(s)), {len(params.families)} family search space(s) with {n_params} "
-            f"searched params; storage {storage}; optuna storage {_without_password(optuna_url)}")
+            f"searched params, checked on the {len(prepared)} prepared dataset(s) as the search checks them"
+            f"{_unprepared(params.datasets, prepared)}; storage {storage}; optuna storage "
+            f"{_without_password(optuna_url)}")
+
+
+def _corners(root: Path, params: Any) -> list[str]:
+    """Every family's space on every prepared dataset of `datasets`, as `ctsweep search` checks it
+    before Ray starts (pipeline.sweep.plans.checked_space: the reference and the corners of the
+    space built by the model, the protocol, tokens); the prepared datasets' names."""
+    from pipeline.data.contract import load_meta
+    from pipeline.stores.paths import processed_dir
+    from pipeline.sweep.plans import checked_space
+
+    prepared = [d for d in params.datasets if (processed_dir(root, d) / "meta.json").is_file()]
+    for dataset in prepared:
+        meta = load_meta(processed_dir(root, dataset))
+        for family in params.families:
+            checked_space(root, dataset, family, params.search, meta)
+    return prepared
+
+
+def _unprepared(datasets: list[str], prepared: list[str]) -> str:
+    missing = [d for d in datasets if d not in prepared]
+    return f" ({', '.join(missing)}: not prepared yet, checked when searched)" if missing else ""
 
 
 def _without_password(url: str) -> str:

@@ -91,6 +91,22 @@ class FamilyPlan:
 
 def plan_family(root: Path, dataset: str, family: str, p: SearchParams, meta: Any, data_dir: Path) -> FamilyPlan:
     """Check one family against the dataset before Ray starts (space, tokens, protocol, outputs)."""
+    space, causal, notes = checked_space(root, dataset, family, p, meta)
+    fp = search_fingerprint(dataset, family, p, space_path(root, family), data_dir, causal)
+    out = search_result_path(root, dataset, family)
+    check_writable(out.parent)
+    return FamilyPlan(family, space, p.resources_for(family), fp, out,
+                      staleness.inputs_digest(fp, staleness.code_digest(staleness.SEARCH_CODE)),
+                      notes=[f"ctsweep: search: {n}" for n in notes])
+
+
+def checked_space(root: Path, dataset: str, family: str, p: SearchParams,
+                  meta: Any) -> tuple[SearchSpace, SearchSpace | None, list[str]]:
+    """The family's space as this run searches it on the dataset (`meta`: its meta.json), checked
+    as the search checks it, writing nothing (`ctsweep check` runs it too): (the space, the causal
+    space when a per-step task changed it, else None, the notes to print once every check passed).
+    ConfigError on the first problem: a token dataset the family cannot read, a value or corner
+    of the space the model refuses, a protocol the dataset cannot take."""
     if meta.vocab_size:  # a token dataset: refuse families that cannot read an embedding, before Ray
         check_token_family(family, get_model_class(family), dataset)
     space = load_space(space_path(root, family), family).for_dataset(dataset)  # its fixed values and reference
@@ -114,12 +130,7 @@ def plan_family(root: Path, dataset: str, family: str, p: SearchParams, meta: An
                   f"{dataset}, before any trial")
     notes.append(patience_note(space, p.epochs, f"{FIXED_BY_RUN}.{family}" if "patience" in run_fixed
                                else str(space.path)))
-    fp = search_fingerprint(dataset, family, p, space_path(root, family), data_dir, causal)
-    out = search_result_path(root, dataset, family)
-    check_writable(out.parent)
-    return FamilyPlan(family, space, p.resources_for(family), fp, out,
-                      staleness.inputs_digest(fp, staleness.code_digest(staleness.SEARCH_CODE)),
-                      notes=[f"ctsweep: search: {n}" for n in notes if n])
+    return space, causal, [n for n in notes if n]
 
 
 def _where(space: SearchSpace, run_fixed: dict[str, Any]) -> Any:
