@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -62,7 +63,11 @@ def stage_lock(root: Path, stage: str, *names: str) -> Iterator[None]:
 def _check_folders(folder: Path) -> None:
     """OutputError when a file stands where the lock folder or its parent must be."""
     for place in (folder.parent, folder):
-        if place.exists() and not place.is_dir():
+        try:
+            mode = place.stat().st_mode  # one look: a folder removed meanwhile is no file in its place
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(mode):
             raise OutputError(f"{place} is a file, not a folder: ctsweep keeps its stage locks in {folder}; "
                               f"move the file away, then run this again")
 
