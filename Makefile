@@ -59,7 +59,7 @@ XDIST := -n $(TEST_PROCS) --dist loadfile --no-loadscope-reorder
 TEST_ARGS ?=
 # pipeline/ compiled to bytecode once: where PYTHONDONTWRITEBYTECODE is set (it is on the project's
 # machines), every Ray worker, stage and command the suite starts -- hundreds -- would compile it again.
-BYTECODE := $(BIN)/python -m compileall -q pipeline >/dev/null
+BYTECODE := $(BIN)/python -m compileall -q -j 0 pipeline >/dev/null
 test: install
 	$(BYTECODE)
 	$(BIN)/python -m pytest -q $(XDIST) --durations=10 $(TEST_ARGS)

@@ -207,8 +207,10 @@ def ray_for_run(num_cpus: int | None = None) -> Iterator[None]:
     import ray
 
     # The options ray_session uses for the instance it starts.
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-             log_to_driver=bool(os.environ.get("CTSWEEP_RAY_LOGS")), configure_logging=False)
+    from pipeline.sweep.cluster import local_options
+
+    ray.init(address="local", num_cpus=num_cpus, log_to_driver=bool(os.environ.get("CTSWEEP_RAY_LOGS")),
+             configure_logging=False, **local_options(dashboard=False))
     try:
         yield
     finally:

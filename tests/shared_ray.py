@@ -24,6 +24,8 @@ def start_local_ray() -> None:
     """The `local_ray` instance, started if no Ray is initialised here (for wider-scoped fixtures)."""
     import ray
 
+    from pipeline.sweep.cluster import local_options
+
     if ray.is_initialized():
         return
     # Ray's processes inherit the environment of the moment it starts: that of the test process,
@@ -32,8 +34,9 @@ def start_local_ray() -> None:
     os.environ.clear()
     os.environ.update(_PROCESS_ENV)
     try:
-        ray.init(address="local", num_cpus=LOCAL_RAY_CPUS, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+        # The options ray_session gives the local instance it starts (no dashboard, no prestarted workers).
+        ray.init(address="local", num_cpus=LOCAL_RAY_CPUS, log_to_driver=False, configure_logging=False,
+                 **local_options(dashboard=False))
         _LOCAL_RAY["started"] = True
     finally:
         os.environ.clear()

@@ -6,6 +6,7 @@ families train at once too, and a rerun skips the families whose inputs did not 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -23,7 +24,7 @@ from pipeline.data.contract import save_dataset
 from pipeline.data.kinds.xor import build as build_xor
 from pipeline.final.stage import final_many
 from pipeline.stores.paths import final_result_path, processed_dir, search_result_path
-from pipeline.sweep.cluster import PENDING_TRIALS_ENV, SNAPSHOT_WARNING_ENV, pending_trials, trial_slots
+from pipeline.sweep.cluster import PENDING_TRIALS_ENV, SNAPSHOT_WARNING_ENV, local_options, pending_trials, ray_session, trial_slots
 from pipeline.sweep.early_records import EarlyRecords
 from pipeline.sweep.families import FAMILY_KEY, REPEAT_KEY, TRIAL_NUMBER_KEY, FamilySearcher
 from pipeline.sweep.scheduling import make_searcher
@@ -223,10 +224,45 @@ def test_a_searcher_saved_before_rounds_in_flight_restores_with_one(tmp_path: Pa
     for trial in ("t0", "t1"):  # trials with no round recorded belong to the round in flight
         restored.on_trial_complete(trial, {"val_metric": 0.5, "epoch": 3})
     assert isinstance(restored.suggest("t2"), dict)
+
+
+def _ray_workers() -> list[str]:
+    """The Ray worker processes under this process, starting (default_worker.py) or named (ray::...)."""
+    import psutil
+
+    names = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            line = child.cmdline()
+            if line and (line[0].startswith("ray::") and "Agent" not in line[0]
+                         or any(arg.endswith("default_worker.py") for arg in line[1:3])):
+                names.append(line[0])
+    return names
+
+
+@pytest.mark.slow
+def test_a_local_session_starts_no_worker_that_no_trial_uses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ray_session's local instance prestarts no idle workers: Ray would start one per CPU for the
+    first driver, and the trials, actors with processes of their own, would not use them. With one
+    actor running on a 2-CPU instance, its process is the only worker (with Ray's default, an idle one too)."""
+    from tests.shared_ray import held_ray
+
+    class _Trial:  # an actor, as a Tune trial is (local: pickled by value, Ray's workers cannot import tests)
+        def pid(self) -> int:
+            return os.getpid()
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with held_ray(), ray_session():
+        assert ray.cluster_resources()["CPU"] >= 2
+        trial = ray.remote(num_cpus=1)(_Trial).remote()
+        assert ray.get(trial.pid.remote()) != os.getpid()
+        assert _ray_workers() == ["ray::_Trial"]
+
+
 @pytest.mark.slow
 def test_trial_slots_count_what_the_cluster_runs_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    ray.init(address="local", num_cpus=6, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=6, num_gpus=2, log_to_driver=False, **local_options(dashboard=False))
     try:
         assert trial_slots([Resources(cpu=1)]) == 6
         assert trial_slots([Resources(cpu=1, gpu=0.25)]) == 6  # 8 GPU shares, but 6 CPUs

@@ -27,6 +27,7 @@ from pipeline.final.stage import final_many
 from pipeline.reporting.compare import compare_runs
 from pipeline.reporting.report import report
 from pipeline.stores.paths import processed_dir
+from pipeline.sweep.cluster import local_options
 from pipeline.sweep.search import search_many
 from tests.conftest import REPO
 
@@ -51,7 +52,7 @@ def _run(root: Path, cpus: int, max_concurrent: int) -> None:
     search = SearchParams(num_samples=4, round_size=1, rounds_in_flight=2, max_concurrent=max_concurrent, epochs=3,
                           n_startup_trials=1, asha=AshaParams(grace_period=1, reduction_factor=2),
                           resources=Resources(cpu=1))
-    ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=cpus, log_to_driver=False, **local_options(dashboard=False))
     try:
         search_many(root, "x", FAMILIES, search)
         final_many(root, "x", FAMILIES, FinalParams(seeds=[0, 1], epochs=3, patience=2))
@@ -91,7 +92,7 @@ def test_search_repeats_reach_the_final_stage_and_the_table(tmp_path: Path, monk
     root = _project(tmp_path)
     search = SearchParams(num_samples=2, round_size=2, repeats=2, epochs=2, n_startup_trials=1, trial_seed=100,
                           sampler_seed=3, asha=AshaParams(grace_period=1, reduction_factor=2))
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, log_to_driver=False, **local_options(dashboard=False))
     try:
         searched = search_many(root, "x", FAMILIES, search)
         finals = final_many(root, "x", FAMILIES, FinalParams(seeds=[0, 1], epochs=2, patience=2))

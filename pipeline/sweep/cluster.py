@@ -36,17 +36,23 @@ def _use_token_when_available() -> None:
         Config.initialize("")
 
 
-def _local_options(dashboard: bool) -> dict[str, Any]:
+def local_options(dashboard: bool) -> dict[str, Any]:
     """ray.init options of a fresh local instance. The dashboard costs seconds and memory per
     start, so only data-parallel searches get one: Ray Train frees a stopped trial's workers
     only through the State API it serves (else they hold their CPUs until the search ends). Its
-    address is handed to Ray's processes so they do not find another Ray instance's dashboard."""
+    address is handed to Ray's processes so they do not find another Ray instance's dashboard.
+
+    No worker processes are started ahead of time (Ray's `prestart_worker_first_driver`): the
+    trials are actors whose processes Ray starts when they are placed, so the idle workers it would
+    start for the driver (one per CPU) mostly stayed idle until shutdown: a start and stop costs
+    about 1 CPU-s less without them (docs/development/tests.md, "Where the CPU goes")."""
+    options: dict[str, Any] = {"_system_config": {"prestart_worker_first_driver": False}}
     if not dashboard:
-        return {"include_dashboard": False}
+        return {**options, "include_dashboard": False}
     from pipeline.stores.tracking_server import free_port  # here: MLflow is not needed to read this module
 
     port = free_port()
-    return {"include_dashboard": True, "dashboard_port": port,
+    return {**options, "include_dashboard": True, "dashboard_port": port,
             "runtime_env": {"env_vars": {"RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{port}"}}}
 
 
@@ -68,7 +74,7 @@ def ray_session(dashboard: bool = False) -> Iterator[None]:
     address = os.environ.get("RAY_ADDRESS")
     if address:
         _use_token_when_available()
-    options = {} if address else _local_options(dashboard)
+    options = {} if address else local_options(dashboard)
     carried = {k: os.environ[k] for k in (user_families.ENV,) if k in os.environ}
     if carried:  # the user's own families, for every trial process wherever it runs (pipeline/models/user.py)
         runtime_env = options.setdefault("runtime_env", {})

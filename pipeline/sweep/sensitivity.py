@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.importance import FanovaImportanceEvaluator, get_param_importances
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from pipeline.errors import ConfigError
@@ -193,6 +192,10 @@ def _evaluate(study: optuna.Study, seed: int) -> dict[str, Any]:
            else "every trial scored the same" if len({t.value for t in trials}) == 1 else None)
     if why:
         return {"n_trials": len(trials), "values": None, "reason": why}
+    # Imported here: optuna.importance loads scikit-learn (about 0.9 CPU-s), which every
+    # `ctsweep search` would pay at start-up, bad input included, for this end-of-search step.
+    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
+
     try:
         values = get_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=seed))
     except (ValueError, RuntimeError) as exc:  # e.g. conditional parameters absent from every trial
