@@ -16,9 +16,9 @@ from pipeline.config import FinalParams, XorParams, load_params
 from pipeline.data.contract import load_dataset, save_dataset
 from pipeline.data.kinds.xor import build as build_xor
 from pipeline.errors import ConfigError
-from pipeline.final.plans import dataset_part, expected_seconds, searched_timing
+from pipeline.final.plans import dataset_part, expected_seconds, open_part, searched_timing
 from pipeline.final.seeds import submission_order
-from pipeline.final.stage import final, stopping
+from pipeline.final.stage import final, final_many, stopping
 from pipeline.stores.paths import final_result_path, processed_dir, search_result_path
 from pipeline.training.budget import MIN_STEPS
 from pipeline.training.stopping import train_to_budget
@@ -163,6 +163,30 @@ def test_budgets_no_seed_could_use_are_refused_in_one_line(project: Path, final_
     assert "\n" not in str(caught.value)
 
 
+def test_a_refusal_comes_alone_before_a_failed_search_s_warning_and_record(
+        project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """lstm_dt's every search trial failed (a warning and a failed record, once the command goes on);
+    cfc's search seed is among the final seeds (refused): the refusal is all stderr says, and
+    lstm_dt's record is not written, nor any parent run opened."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    save_dataset(processed_dir(project, "xor"), build_xor("xor", XorParams(kind="xor", n_train=60, n_test=20, seed=3)))
+    _searched(project, CONFIG)
+    failed = search_result_path(project, "xor", "lstm_dt")
+    failed.write_text(json.dumps({"status": "failed", "metric": "accuracy", "mode": "max", "n_trials": 2, "n_failed": 2,
+                                  "best_config": None, "best_val": None, "errors": ["NaN loss"]}))
+    with pytest.raises(ConfigError, match="final seeds must be fresh"):
+        final_many(project, "xor", ["lstm_dt", "cfc"], FinalParams(seeds=[1000, 1], lr_factors=[]))
+    assert capsys.readouterr().err == ""
+    assert not final_result_path(project, "xor", "lstm_dt").exists()
+    assert not (project / "mlflow.db").exists() or not _final_parents(project)
+
+
+def _final_parents(root: Path) -> list:
+    client = tracking.MlflowClient(tracking.tracking_uri(root))
+    exp = client.get_experiment_by_name("ctsweep/xor")
+    return [] if exp is None else client.search_runs([exp.experiment_id], "tags.stage = 'final'")
+
+
 def test_a_search_budget_asha_cannot_split_into_rungs_is_refused(project: Path) -> None:
     raw = default_params()
     raw["search"] = {**raw["search"], "epochs": 4, "asha": {"grace_period": 5}}
@@ -257,7 +281,9 @@ def test_seeds_start_longest_expected_first_from_the_searchs_seconds_per_step(ro
     p = FinalParams(seeds=[1, 2], lr_factors=[], epochs=10, min_steps=60)
     assert expected_seconds(timing, CONFIG, 140, p) == 0.625 * 10 * 6
     assert expected_seconds(None, CONFIG, 140, p) == 0.0  # unmeasured: started in the given order
-    [plan] = dataset_part(root, "xor", ["cfc"], p, False).plans
+    part = dataset_part(root, "xor", ["cfc"], p, False)
+    open_part(part)
+    [plan] = part.plans
     n_train = len(load_dataset(processed_dir(root, "xor")).splits["train"].y)
     assert [j.expected_s for j in plan.jobs] == [expected_seconds(timing, CONFIG, n_train, p)] * 2
     assert plan.jobs[0].expected_s > 0

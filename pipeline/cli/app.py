@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -43,7 +42,7 @@ SOURCE = typer.Option(
     help="A local directory, file or http(s) URL prefix holding the raw files by name (a mirror).",
 )
 # Not Typer's envvar=: a value it cannot read as a flag ("maybe") would get its usage box; the
-# environment variable is read, and a bad value refused in one line, by _accept_unverified.
+# environment variable is read, and a bad value refused in one line, by pipeline.data.download.accept_unverified.
 UNVERIFIED_COPY = typer.Option(
     False, "--unverified-copy",
     help="Use a mirror's copy (--source) that the publisher's checksums cannot vouch for (no checksum list "
@@ -52,28 +51,16 @@ UNVERIFIED_COPY = typer.Option(
 )
 
 
-def _accept_unverified(flag: bool, source: Optional[str]) -> bool:
-    """--unverified-copy or CTSWEEP_UNVERIFIED_COPY (a bad value: one line). The option accepts a
-    mirror's copy, so it is refused without a mirror (--source or CTSWEEP_DATA_SOURCE) instead of
-    being ignored; the variable, set once for a whole `dvc repro`, is not."""
-    from pipeline.data.download import SOURCE_ENV, allowed_by_env
-
-    accept = allowed_by_env() or flag
-    if flag and not (source or os.environ.get(SOURCE_ENV)):
-        raise ConfigError(f"--unverified-copy accepts a mirror's copy, and no mirror is given: add --source "
-                          f"DIR|FILE|URL (or set {SOURCE_ENV}), or leave the option out to download from the publisher")
-    return accept
-
-
 @app.command()
 @_stage
 def fetch(dataset: str = DATASET, source: Optional[str] = SOURCE, unverified_copy: bool = UNVERIFIED_COPY,
           root: Path = ROOT) -> None:
     """Download (or verify) the raw files of DATASET into data/raw/DATASET."""
     _names(dataset=dataset)
+    from pipeline.data.download import accept_unverified
     from pipeline.data.prepare import fetch as run, unverified_raw_files
 
-    accept = _accept_unverified(unverified_copy, source)
+    accept = accept_unverified(unverified_copy, source)
     base, params = _params(root)
     p = dataset_params(params, dataset)
     paths = run(p, raw_dir(base, dataset), raw_lock_path(base), source, accept)
@@ -91,9 +78,10 @@ def prepare(dataset: str = DATASET, source: Optional[str] = SOURCE, unverified_c
             root: Path = ROOT) -> None:
     """Build data/processed/DATASET from its params.yaml section (fetching raw files if missing)."""
     _names(dataset=dataset)
+    from pipeline.data.download import accept_unverified
     from pipeline.data.prepare import prepare as run
 
-    accept = _accept_unverified(unverified_copy, source)
+    accept = accept_unverified(unverified_copy, source)
     base, params = _params(root)
     meta = run(dataset, dataset_params(params, dataset), processed_dir(base, dataset), raw_dir(base, dataset),
                raw_lock_path(base), source, accept)

@@ -215,6 +215,18 @@ def allowed_by_env() -> bool:
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
+def accept_unverified(flag: bool, source: str | None) -> bool:
+    """Whether a mirror's unverified copy is accepted: the command's --unverified-copy (`flag`) or
+    CTSWEEP_UNVERIFIED_COPY (a bad value: one line). The option is refused without a mirror
+    (`source`, else CTSWEEP_DATA_SOURCE) instead of being ignored; the variable, set once for a
+    whole `dvc repro`, is not."""
+    accept = allowed_by_env() or flag
+    if flag and not (source or os.environ.get(SOURCE_ENV)):
+        raise ConfigError(f"--unverified-copy accepts a mirror's copy, and no mirror is given: add --source "
+                          f"DIR|FILE|URL (or set {SOURCE_ENV}), or leave the option out to download from the publisher")
+    return accept
+
+
 # ---------------------------------------------------------------------------------- transfer
 
 

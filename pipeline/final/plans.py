@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,36 +90,64 @@ class Inputs:
         return self._experiment
 
 
+@dataclass(frozen=True)
+class Checked:
+    """One family that passed every check and has seeds to train: what opening its plan needs.
+    `failed`: its every search trial failed (nothing to train; its record is written at opening)."""
+
+    family: str
+    p: FinalParams
+    searched: dict[str, Any]
+    fingerprint: str = ""
+    digest: str = ""
+    timing: Timing | None = None
+    failed: bool = False
+
+
 @dataclass
 class Part:
-    """One dataset's share of the stage: its inputs, its families' plans, their records (those
-    with nothing to train at once, the others once trained)."""
+    """One dataset's share of the stage: its inputs, its families' checks, then their plans, and
+    their records (those with nothing to train at once, the others once trained)."""
 
     inputs: Inputs
     plans: list[Plan]
     records: dict[str, dict[str, Any]]
+    checked: list[Checked] = field(default_factory=list)
 
 
 def dataset_part(root: Path, dataset: str, families: list[str], p: FinalParams, only_stale: bool) -> Part:
-    """Everything checked about one dataset's final evaluations before Ray starts."""
+    """Everything checked about one dataset's final evaluations before Ray starts. Nothing is
+    written or opened, and nothing printed, until every dataset of the command passed (open_part)."""
     inputs = Inputs(root, dataset)
     part = Part(inputs, [], {})
     for family in families:
-        outcome = family_plan(inputs, family, p.for_cell(dataset, family), only_stale)
-        if isinstance(outcome, Plan):
-            part.plans.append(outcome)
+        outcome = family_check(inputs, family, p.for_cell(dataset, family), only_stale)
+        if isinstance(outcome, Checked):
+            part.checked.append(outcome)
         else:
             part.records[family] = outcome
     return part
 
 
-def family_plan(inputs: Inputs, family: str, p: FinalParams, only_stale: bool) -> Plan | dict[str, Any]:
-    """The family's plan, or its record when there is nothing to train (failed search, current result)."""
+def open_part(part: Part) -> None:
+    """After every check of the command: each checked family's plan, its parent run opened (or
+    found and resumed), or, for a family whose every search trial failed, its record written."""
+    for checked in part.checked:
+        if checked.failed:
+            part.records[checked.family] = _skip_failed(part.inputs.root, part.inputs.dataset, checked.family,
+                                                        checked.searched)
+        else:
+            part.plans.append(_open_plan(part.inputs, checked))
+    part.checked = []
+
+
+def family_check(inputs: Inputs, family: str, p: FinalParams, only_stale: bool) -> Checked | dict[str, Any]:
+    """The family checked, or its current record when it is up to date (nothing to train)."""
     root, dataset = inputs.root, inputs.dataset
     producer = f"ctsweep search {dataset} {family}"
     searched = read_record(require(search_result_path(root, dataset, family), producer), producer, SEARCH_FOR_FINAL)
-    if searched.get("status") == "failed":  # nothing to evaluate: say so, and let the other families go on
-        return _skip_failed(root, dataset, family, searched)
+    if searched.get("status") == "failed":  # nothing to evaluate: said once every check passed; the others go on
+        return Checked(family, p, searched, failed=True)
     repeats = searched_repeats(searched)
     for trial_seed in [searched["trial_seed"], *(r["trial_seed"] for r in searched.get("repeats", []))]:
         if trial_seed in p.seeds:
@@ -136,9 +164,17 @@ def family_plan(inputs: Inputs, family: str, p: FinalParams, only_stale: bool) -
         _check_causal(config, inputs.data.meta, dataset, family)
     if (here := local_node()) is not None:  # a local instance: what this machine cannot meet, before any write
         check_fits(p.resources_for(family), resources_key(p, family), nodes=here)
-    client, exp_id = inputs.experiment
-    timing = searched_timing(client, searched)
+    timing = searched_timing(inputs.experiment[0], searched)
     _check_time_limit(timing, p, dataset, family)
+    return Checked(family, p, searched, fp, digest, timing)
+
+
+def _open_plan(inputs: Inputs, checked: Checked) -> Plan:
+    """The family's plan: its parent run opened, or found again and resumed, and its seed jobs."""
+    root, dataset, family, p, searched = inputs.root, inputs.dataset, checked.family, checked.p, checked.searched
+    fp, digest, timing = checked.fingerprint, checked.digest, checked.timing
+    repeats = searched_repeats(searched)
+    client, exp_id = inputs.experiment
     parent, resumed = final_resume.open_parent(
         client, exp_id, dataset, family, fp,
         {**searched["best_config"], "seeds": p.seeds, "epochs": p.epochs, "final_patience": p.patience,

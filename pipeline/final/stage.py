@@ -31,7 +31,7 @@ from pipeline.config import FinalParams
 from pipeline.data.contract import Dataset
 from pipeline.data.provenance import provenance_fields
 from pipeline.final.repeats import between_repeats, searched_repeats, summary as _summary
-from pipeline.final.plans import Inputs, Part, Plan, dataset_part, resources_key, scaled_lr
+from pipeline.final.plans import Inputs, Part, Plan, dataset_part, open_part, resources_key, scaled_lr
 from pipeline.final.seeds import SeedJob, spread, train_seed
 from pipeline.models import get_model_class
 from pipeline.runtime.interrupts import Interrupted, deferred, wrote
@@ -90,6 +90,8 @@ def final_datasets(root: Path, datasets: list[str], families: list[str], p: Fina
     with contextlib.ExitStack() as locks:  # one driver per final evaluation: a second is refused
         parts = take_datasets(locks, root, "final", families, datasets, optional,
                               lambda name, extra: dataset_part(root, name, families, p, extra or only_stale))
+        for part in parts:  # every dataset passed its checks: now the writes, the warnings, the parent runs
+            open_part(part)
         trained = [part for part in parts if part.plans]
         if trained:
             _run(trained)
