@@ -50,15 +50,17 @@ run: install
 	  RAY_ADDRESS=127.0.0.1:$(RAY_PORT) dvc repro; fi
 	@$(BIN)/ctsweep status
 
-# Two test processes (pytest-xdist), one per core (TEST_PROCS). A third was tried: the system
-# tests' own processes already keep both cores busy, and with three the heavy files competed for
-# them (load average 8) and the suite ran slower. loadfile: a test file runs whole in one process,
+# Three test processes (pytest-xdist, TEST_PROCS) on this project's 2-core machine: the system
+# tests spend much of their time waiting (Ray and servers starting, subprocesses, polls of MLflow),
+# and with one process per core the machine sat idle for about 350 CPU-s of a run; with a third
+# the same suite took 24 min 28 s instead of 28 min 50 s, set-up included, and less CPU in all
+# (docs/development/tests.md). loadfile: a test file runs whole in one process,
 # so a module's shared fixture (a dvc repro, a Ray cluster, servers) is built once, never waited for
 # or built again by another process; tests/conftest.py puts the files of minute-long system tests first (--no-loadscope-reorder keeps
 # that order), so the short files fill the processes at the end. --durations lists the slowest
 # ten. Every test has a time limit (pyproject.toml, pytest-timeout). docs/development/tests.md has
 # the current figures.
-TEST_PROCS ?= 2
+TEST_PROCS ?= 3
 XDIST := -n $(TEST_PROCS) --dist loadfile --no-loadscope-reorder
 TEST_ARGS ?=
 # pipeline/ compiled to bytecode once: where PYTHONDONTWRITEBYTECODE is set (it is on the project's

@@ -9,7 +9,10 @@ trial uses. `CpuAccount` separates them: a thread polls the process table every 
 kind:
 
 - ``trials``: Ray workers that ever ran a Tune trainable (title ``ray::ImplicitFunc...``) and the
-  plain loop's spawned pool workers (``multiprocessing.spawn``);
+  plain loop's spawned pool workers (``multiprocessing.spawn``), among this process's
+  descendants; with `cluster` (RAY_ADDRESS set: the workers are the cluster's raylet's children,
+  not this process's) any Ray trial process of the machine. Without it, a Tune trial of another
+  program running beside the pass (another user's, another test's) is not counted as this pass's;
 - ``driver``: this process;
 - ``helpers``: every other descendant of this process (Ray's GCS, raylet, dashboard and runtime-env
   agents and idle or pooled workers; the plain loop's resource tracker);
@@ -40,11 +43,13 @@ def _cpu(proc: psutil.Process) -> float:
     return times.user + times.system
 
 
-def kind_of(title: str, descendant: bool, is_self: bool) -> str:
-    """The kind of one process from its command line (`title`: Ray renames its workers)."""
+def kind_of(title: str, descendant: bool, is_self: bool, cluster: bool = False) -> str:
+    """The kind of one process from its command line (`title`: Ray renames its workers);
+    `cluster`: this process drives a Ray cluster's trials, whose workers are not its descendants."""
     if is_self:
         return "driver"
-    if any(title.startswith(t) for t in _TRIAL_TITLES) or (descendant and _POOL_WORKER in title):
+    ray_trial = any(title.startswith(t) for t in _TRIAL_TITLES)
+    if (ray_trial and (descendant or cluster)) or (descendant and _POOL_WORKER in title):
         return "trials"
     return "helpers" if descendant else "other"
 
@@ -61,6 +66,7 @@ class CpuAccount:
     """Context manager: `with CpuAccount() as acc: ...`, then `acc.summary()`."""
 
     interval_s: float = 0.5
+    cluster: bool = field(default_factory=lambda: bool(os.environ.get("RAY_ADDRESS")))  # kind_of's `cluster`
     _seen: dict[tuple[int, float], _Seen] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -94,7 +100,7 @@ class CpuAccount:
                 title = " ".join(proc.cmdline()) or proc.name()
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-            kind = kind_of(title, proc.pid in mine, proc.pid == self._me.pid)
+            kind = kind_of(title, proc.pid in mine, proc.pid == self._me.pid, self.cluster)
             seen = self._seen.get(key)
             if seen is None:
                 self._seen[key] = _Seen(start=cpu if first else 0.0, last=cpu, kind=kind)

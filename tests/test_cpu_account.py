@@ -19,22 +19,24 @@ if str(ROOT) not in sys.path:  # benchmarks/ is a folder of the repository, not 
 from benchmarks.cpu_account import CpuAccount, kind_of  # noqa: E402
 
 
-@pytest.mark.parametrize("title, descendant, is_self, kind", [
-    ("ray::ImplicitFunc.train", True, False, "trials"),
-    ("ray::ImplicitFunc", False, False, "trials"),  # Ray's workers are the raylet's, wherever it runs
-    ("python -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)", True, False, "trials"),
-    ("python -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)", False, False, "other"),
-    ("/venv/ray/core/src/ray/raylet/raylet --raylet_socket_name=x", True, False, "helpers"),
-    ("ray::IDLE", True, False, "helpers"),
-    ("python -m pytest", False, True, "driver"),
-    ("postgres: checkpointer", False, False, "other"),
+@pytest.mark.parametrize("title, descendant, is_self, cluster, kind", [
+    ("ray::ImplicitFunc.train", True, False, False, "trials"),
+    ("ray::ImplicitFunc", False, False, True, "trials"),  # a cluster's workers are its raylet's
+    ("ray::ImplicitFunc", False, False, False, "other"),  # a local run's are its own: this is another's
+    ("python -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)", True, False, False, "trials"),
+    ("python -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)", False, False, False, "other"),
+    ("/venv/ray/core/src/ray/raylet/raylet --raylet_socket_name=x", True, False, False, "helpers"),
+    ("ray::IDLE", True, False, False, "helpers"),
+    ("python -m pytest", False, True, False, "driver"),
+    ("postgres: checkpointer", False, False, True, "other"),
 ])
 def test_kind_of_reads_ray_s_titles_and_the_pool_s_workers(title: str, descendant: bool, is_self: bool,
-                                                             kind: str) -> None:
-    assert kind_of(title, descendant, is_self) == kind
+                                                             cluster: bool, kind: str) -> None:
+    assert kind_of(title, descendant, is_self, cluster) == kind
 
 
-def test_the_account_splits_cpu_between_pool_workers_helpers_and_the_driver() -> None:
+def test_the_account_splits_cpu_between_pool_workers_helpers_and_the_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a local pass: Tune trials of tests running beside it are not its own
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.8: pass\nprint(time.process_time())"
     with CpuAccount(interval_s=0.1) as account:
         with mp.get_context("spawn").Pool(1) as pool:
