@@ -92,8 +92,8 @@ class Inputs:
 
 @dataclass(frozen=True)
 class Checked:
-    """One family that passed every check and has seeds to train: what opening its plan needs.
-    `failed`: its every search trial failed (nothing to train; its record is written at opening)."""
+    """One family past its checks, with what opening its plan needs (open_part). `failed`: its
+    every search trial failed; nothing to train, and its failed record is written at opening."""
 
     family: str
     p: FinalParams
