@@ -52,9 +52,8 @@ run: install
 
 # Three test processes (pytest-xdist, TEST_PROCS) on this project's 2-core machine: the system
 # tests spend much of their time waiting (Ray and servers starting, subprocesses, polls of MLflow),
-# and with one process per core the machine sat idle for about 350 CPU-s of a run; with a third
-# the same suite took 24 min 28 s instead of 28 min 50 s, set-up included, and less CPU in all
-# (docs/development/tests.md). loadfile: a test file runs whole in one process,
+# and with one process per core nothing filled those waits; a third takes them up and the suite
+# runs minutes faster (measured: docs/development/tests.md, "How the suite runs"). loadfile: a test file runs whole in one process,
 # so a module's shared fixture (a dvc repro, a Ray cluster, servers) is built once, never waited for
 # or built again by another process; tests/conftest.py puts the files of minute-long system tests first (--no-loadscope-reorder keeps
 # that order), so the short files fill the processes at the end. --durations lists the slowest
