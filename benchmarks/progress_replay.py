@@ -17,16 +17,22 @@ its last epoch (ASHA's or patience's stop, or its budget) or when its run ended,
 from __future__ import annotations
 
 import argparse
+import ast
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pipeline.config import SearchParams
 from pipeline.progress.estimate import time_left
-from pipeline.progress.model import DONE, FAILED, FINAL, RUNNING, SEARCH, STOPPED, Snapshot, Unit, Work
+from pipeline.progress.model import DONE, FAILED, FINAL, RUNNING, SEARCH, STOPPED, Rungs, Snapshot, Unit, Work
+from pipeline.progress.read import PRIOR, rungs_of
+from pipeline.sweep.tuner import asha_rules
 from pipeline.stores import tracking
 
 POINTS = 40
+LAST_S = 60.0  # the worst ratio after half leaves out the last minute, where a few seconds make a ratio
 
 
 @dataclass
@@ -96,8 +102,21 @@ def _unit(client: tracking.MlflowClient, parent: Any, stage: str) -> tuple[Unit,
         total, epochs, round_size = len(traces), int(float(params.get("epochs", 1))), None
     mode = tags.get("progress_mode", "max")  # a run from before the tag: "max" (the estimate does not read scores)
     rounds = -(-int(params.get("search.num_samples", 1)) // round_size) if round_size else None
-    unit = Unit(tags.get("dataset", "?"), tags.get("family", "?"), total, epochs, mode, round_size, rounds)
+    asha = (rungs_of(tags) or _rules_from_params(params)) if stage == SEARCH else None
+    prior = tags.get(PRIOR)  # a final parent's search-time epoch (a run from before the tag: none)
+    unit = Unit(tags.get("dataset", "?"), tags.get("family", "?"), total, epochs, mode, round_size, rounds,
+                prior_epoch_s=float(prior) if prior else None, asha=asha)
     return unit, traces
+
+
+def _rules_from_params(params: dict[str, str]) -> Rungs | None:
+    """A search parent's ASHA rules from the search parameters it logged (a run from before the tag)."""
+    keys = ("epochs", "round_size", "rounds_in_flight", "repeats", "asha")
+    try:
+        given = {k: ast.literal_eval(params[f"search.{k}"]) for k in keys if f"search.{k}" in params}
+        return asha_rules(SearchParams.model_validate(given))
+    except (ValueError, SyntaxError):
+        return None
 
 
 def replay(root: Path, stage: str, points: int = POINTS) -> dict[str, Any]:
@@ -114,8 +133,7 @@ def replay(root: Path, stage: str, points: int = POINTS) -> dict[str, Any]:
     for i in range(1, points):
         t = start + (end - start) * i / points
         snap = Snapshot(stage, start, t, tuple(
-            Unit(u.dataset, u.family, u.total, u.max_epochs, u.mode, u.round_size, u.rounds,
-                 tuple(w for w in (tr.at(t, u.mode) for tr in traces) if w is not None))
+            replace(u, work=tuple(w for w in (tr.at(t, u.mode) for tr in traces) if w is not None))
             for u, traces in units))
         left = time_left(snap)
         rows.append({"elapsed_s": round(t - start, 1), "share": round(i / points, 3), "ended": snap.ended,
@@ -123,13 +141,45 @@ def replay(root: Path, stage: str, points: int = POINTS) -> dict[str, Any]:
                      "actual_s": round(end - t, 1),
                      "ratio": None if left is None or end - t <= 0 else round(left / (end - t), 3)})
     return {"root": str(root), "stage": stage, "wall_s": round(end - start, 1), "units": len(units), "rows": rows,
-            "at_half": next(r for r in rows if r["share"] >= 0.5)}
+            "at_half": next(r for r in rows if r["share"] >= 0.5),
+            "at_half_ended": next((r for r in rows if 2 * r["ended"] >= r["total"]), None),
+            "worst_after_half": _worst(_after_half(rows)), "within_25_after_half": _within(_after_half(rows))}
+
+
+def _after_half(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The moments from half the wall time on, but for the last LAST_S seconds."""
+    return [r for r in rows if r["share"] >= 0.5 and r["actual_s"] >= LAST_S]
+
+
+def _within(rows: list[dict[str, Any]], margin: float = 0.25) -> str:
+    """"n of m": the moments whose estimate lay within `margin` of the time really left."""
+    return f"{sum(r['ratio'] is not None and abs(r['ratio'] - 1) <= margin for r in rows)} of {len(rows)}"
+
+
+def _worst(rows: list[dict[str, Any]]) -> float | None:
+    """The ratio farthest from 1 (in log terms: 0.5 and 2 are as far) among `rows`."""
+    ratios = [r["ratio"] for r in rows if r["ratio"]]
+    return max(ratios, key=lambda x: abs(math.log(x))) if ratios else None
+
+
+def _summary(report: dict[str, Any]) -> str:
+    def ratio(row: dict[str, Any] | None) -> str:
+        return "—" if row is None or row["ratio"] is None else f"{row['ratio']:.2f}"
+    worst = report["worst_after_half"]
+    return (f"At half the wall time: {ratio(report['at_half'])}; when half the {_noun(report['stage'])} had ended: "
+            f"{ratio(report['at_half_ended'])}; after half the wall time (the last {LAST_S:.0f} s left out), "
+            f"within 25 % at {report['within_25_after_half']} moments, farthest from 1: "
+            f"{'—' if worst is None else f'{worst:.2f}'}.")
+
+
+def _noun(stage: str) -> str:
+    return "trials" if stage == SEARCH else "seeds"
 
 
 def render(report: dict[str, Any]) -> str:
     lines = [f"# Time left, estimated and actual: the {report['stage']} stage of {report['root']}", "",
              f"{report['units']} (dataset, family) units, {report['wall_s']:.0f} s from the first parent's start "
-             f"to the last epoch. Ratio: estimate / actual.", "",
+             f"to the last epoch. Ratio: estimate / actual.", "", _summary(report), "",
              "| elapsed | share of the wall | ended | estimate | actual | ratio |", "|---:|---:|---:|---:|---:|---:|"]
     for r in report["rows"]:
         est = "—" if r["estimate_s"] is None else f"{r['estimate_s']:.0f} s"

@@ -5,16 +5,18 @@ progress read back from a real MLflow store as `ctsweep status` reads it from an
 from __future__ import annotations
 
 import io
+import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from pipeline.progress import display
-from pipeline.progress.estimate import expected_epochs, time_left
-from pipeline.progress.model import DONE, FAILED, FINAL, RUNNING, SEARCH, STOPPED, Snapshot, Unit, Work
+from pipeline.progress import asha, display
+from pipeline.progress.estimate import epoch_time, expected_epochs, time_left
+from pipeline.progress.model import DONE, FAILED, FINAL, RUNNING, SEARCH, STOPPED, Rungs, Snapshot, Unit, Work
 from pipeline.progress.read import ENDED_TAG, mark_parent, snapshot
 from pipeline.progress.render import plain_line, unit_text
 from pipeline.stores import tracking
@@ -65,6 +67,48 @@ def test_the_estimate_waits_for_a_unit_without_timings_and_uses_the_stage_s_shar
     left = time_left(Snapshot(SEARCH, 0.0, 12.0, (timed, prior)))
     # a: 2 queued x 5 + (5 - 1) running = 14 epochs x 2 s; b: 3 x 10 + 10 = 40 x 1 s; pace 12 / 12
     assert left == pytest.approx((14 * 2 + 40 * 1) / (12 / 12))
+
+
+def test_a_search_s_estimate_counts_epochs_by_asha_s_rungs() -> None:
+    # 6 trials of a 15-epoch budget, one rung at 5 keeping 1 in 3; trials 0 and 1 (the first round)
+    # are never stopped. Every epoch takes 1 s; two slots, so 2 epoch-seconds a second.
+    rules = Rungs((5,), 1 / 3, free=2)
+    work = (Work(0, DONE, 15, 1.0, started=0.0), Work(1, DONE, 15, 1.0, started=0.0),
+            Work(2, STOPPED, 5, 1.0, started=15.0), Work(3, RUNNING, 2, 1.0, started=16.5))
+    unit = Unit("d", "f", 6, 15, "max", 2, 3, work, asha=rules)
+    # one trial decided at the rung, stopped: p = (0 + 1) / (1 + 3) = 1/4
+    assert asha.survival(Snapshot(SEARCH, 0.0, 18.5, (unit,))) == {5: 0.25}
+    # trial 3 (2 epochs): 3 more to the rung, then 10 with chance 1/4 -> 5.5 left; the 2 queued: 5 + 2.5 each
+    assert asha.expected_total(rules, 15, 2, {5: 0.25}) == pytest.approx(7.5)
+    done = 15 + 15 + 5 + 2  # epoch-seconds in 18.5 s
+    assert time_left(Snapshot(SEARCH, 0.0, 18.5, (unit,))) == pytest.approx((5.5 + 2 * 7.5) / (done / 18.5))
+    # the same trials as the first round's: never stopped, so the budget for each
+    first = Unit("d", "f", 6, 15, "max", 2, 3, work, asha=Rungs((5,), 1 / 3, free=6))
+    assert time_left(Snapshot(SEARCH, 0.0, 18.5, (first,))) == pytest.approx((13 + 2 * 15) / (done / 18.5))
+    # past the rung a trial has survived it: the budget
+    assert asha.expected_total(rules, 15, 7, {5: 0.25}) == 15
+    # trials not started are proposals: the reference's (trial 0) epoch time is left out once one is timed
+    slow_reference = (replace(work[0], epoch_seconds=4.0), *work[1:])
+    assert epoch_time(replace(unit, work=slow_reference)) == 1.0
+    assert epoch_time(replace(unit, work=slow_reference[:1])) == 4.0  # no proposal timed yet
+    assert epoch_time(replace(unit, work=slow_reference, asha=None)) == pytest.approx(7 / 4)  # a final unit: all
+    # two rungs (5, 15 of 45): to 5, then 10 more with p, then 30 more with p * p2
+    assert asha.expected_total(Rungs((5, 15), 1 / 3), 45, 0, {5: 0.5, 15: 0.2}) == pytest.approx(5 + 5 + 0.1 * 30)
+
+
+@pytest.mark.parametrize("epochs, grace, factor", [(15, 5, 3), (50, 5, 3), (200, 1, 2), (10, 3, 2.5), (15, 15, 3),
+                                                    (100, 10, 4), (4, 2, 2)])
+def test_the_rungs_the_estimate_reads_are_ray_s_own(epochs: int, grace: int, factor: float) -> None:
+    from ray.tune.schedulers import ASHAScheduler
+
+    from pipeline.config import SearchParams
+    from pipeline.sweep.tuner import asha_rules
+
+    p = SearchParams(epochs=epochs, round_size=3, rounds_in_flight=2, repeats=2,
+                     asha={"grace_period": grace, "reduction_factor": factor})
+    ray_s = ASHAScheduler(time_attr="epoch", max_t=epochs, grace_period=grace, reduction_factor=factor, brackets=1)
+    milestones = sorted(math.ceil(m) for m, _ in ray_s._brackets[0]._rungs if m < epochs)  # Ray's bookkeeping
+    assert asha_rules(p) == Rungs(tuple(milestones), 1 / factor, free=6, repeats=2)
 
 
 # ---------------------------------------------------------------------------------- the plain lines
@@ -176,7 +220,8 @@ def test_progress_is_read_back_from_the_mlflow_store(tmp_path: Path) -> None:
     client, _, exp = _store(tmp_path)
     started = time.time()
     parent = tracking.start_run(client, exp, "search/cfc", {"stage": "search", "family": "cfc", "dataset": "xor"})
-    mark_parent(client, parent, started, total=6, max_epochs=4, mode="max", round_size=2, rounds=3)
+    mark_parent(client, parent, started, total=6, max_epochs=4, mode="max", round_size=2, rounds=3,
+                asha=Rungs((2,), 0.5, free=2))
     _trial(client, exp, parent, 0, 4, 0.9, "finished")      # closed by its record: stopped early
     _trial(client, exp, parent, 1, 2, 0.95, STOPPED)        # Tune ended it; its run still RUNNING
     _trial(client, exp, parent, 2, 1, 0.4, "failed")
@@ -186,7 +231,7 @@ def test_progress_is_read_back_from_the_mlflow_store(tmp_path: Path) -> None:
     [unit] = snap.units
     assert (unit.name, unit.total, unit.ended, len(unit.running), unit.count(STOPPED), unit.count(FAILED)) == (
         "xor/cfc", 6, 3, 1, 2, 1)
-    assert unit.best == 0.95 and unit.round == (2, 3)
+    assert unit.best == 0.95 and unit.round == (2, 3) and unit.asha == Rungs((2,), 0.5, free=2)
     assert snapshot(client, [exp], SEARCH, since=started + 60) is None  # another attempt's parents only
     assert snapshot(client, [exp], FINAL) is None
     tracking.finish(client, parent)
@@ -214,3 +259,49 @@ def test_status_from_another_terminal_shows_a_live_run_and_skips_a_dead_driver(
     assert lines[0].startswith("ctsweep final: 1 of 3 seeds ended, 0 running · ")
     assert lines[0].endswith(" elapsed, time left: estimated after the first epochs · xor/cfc 1/3")
     assert lines[1] == "ctsweep status: a run is in progress; no report yet"
+
+
+# ------------------------------------------------------------------ the replay of a finished stage
+
+
+def test_the_replay_rebuilds_a_finished_search_and_its_exact_estimate(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import progress_replay
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client, _, exp = _store(tmp_path)  # tmp_path/mlflow.db: the project's own store
+    t0 = 1_800_000_000.0  # 4 trials of 4 one-second epochs on 2 slots, every one to its budget: 8 s in all
+    parent = client.create_run(exp, start_time=int(t0 * 1000), tags={
+        "stage": "search", "family": "cfc", "dataset": "xor", tracking.RUN_LEVEL_TAG: tracking.PARENT_LEVEL}).info.run_id
+    mark_parent(client, parent, t0, total=4, max_epochs=4, mode="max", round_size=2, rounds=2,
+                asha=Rungs((), 0.5, free=4))
+    for key, value in {"search.num_samples": 4, "search.epochs": 4, "search.round_size": 2}.items():
+        client.log_param(parent, key, value)
+    for number in range(4):
+        start = t0 + 4 * (number // 2)
+        child = client.create_run(exp, start_time=int(start * 1000), tags={
+            tracking.PARENT_TAG: parent, tracking.RUN_LEVEL_TAG: tracking.CHILD_LEVEL,
+            "optuna_trial_number": str(number)}).info.run_id
+        for e in range(1, 5):
+            for key, value in {"epoch": e, "epoch_seconds": 1.0, "val_metric": 0.5}.items():
+                client.log_metric(child, key, value, timestamp=int((start + e) * 1000), step=e)
+        client.set_terminated(child, "FINISHED", end_time=int((start + 4.5) * 1000))
+    client.set_terminated(parent, "FINISHED", end_time=int((t0 + 9) * 1000))
+
+    report = progress_replay.replay(tmp_path, SEARCH)
+    assert report["wall_s"] == 8.0 and len(report["rows"]) == progress_replay.POINTS - 1
+    # at whole seconds every running trial has just logged an epoch, and the estimate is exact
+    whole = [r for r in report["rows"] if float(r["elapsed_s"]).is_integer()]
+    assert [r["elapsed_s"] for r in whole] == [1, 2, 3, 4, 5, 6, 7]
+    assert [r["ratio"] for r in whole] == pytest.approx([1.0] * 7)
+    assert report["at_half"]["ratio"] == pytest.approx(1.0) and report["at_half_ended"]["ended"] == 2
+    assert "At half the wall time: 1.00; when half the trials had ended: 1.00" in progress_replay.render(report)
+
+
+def test_the_replay_reads_asha_s_rules_from_the_parameters_of_a_search_from_before_the_tag() -> None:
+    from benchmarks.progress_replay import _rules_from_params
+
+    logged = {"search.epochs": "15", "search.round_size": "2", "search.rounds_in_flight": "1", "search.repeats": "1",
+              "search.asha": "{'grace_period': 5, 'reduction_factor': 3}"}
+    assert _rules_from_params(logged) == Rungs((5,), 1 / 3, free=2, repeats=1)
+    assert _rules_from_params({**logged, "search.asha": "not a dict"}) is None

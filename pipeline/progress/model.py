@@ -35,6 +35,19 @@ class Work:
 
 
 @dataclass(frozen=True)
+class Rungs:
+    """ASHA's rules for a search unit's trials (pipeline.progress.asha): `epochs`, the rungs below the
+    epoch budget where it may stop a trial; `keep`, the share it lets go on past each (1 /
+    reduction_factor); `free`, the trials of each study numbered below this (its first
+    rounds_in_flight rounds) that it never stops; `repeats`, the unit's studies."""
+
+    epochs: tuple[int, ...]
+    keep: float
+    free: int = 0
+    repeats: int = 1
+
+
+@dataclass(frozen=True)
 class Unit:
     """One (dataset, family) of a stage: `total` trials or seeds to run, each of at most
     `max_epochs` epochs; `round_size`: the search's trials proposed together and `rounds` their
@@ -49,6 +62,7 @@ class Unit:
     rounds: int | None = None
     work: tuple[Work, ...] = ()
     prior_epoch_s: float | None = None  # a final seed's epoch as its search measured it (before any is timed)
+    asha: Rungs | None = None  # a search unit's ASHA rules (None: a final unit, or a run from before the tag)
 
     @property
     def name(self) -> str:

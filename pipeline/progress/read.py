@@ -13,19 +13,22 @@ read per parent).
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
 from collections import defaultdict
+from dataclasses import asdict
 from typing import Any, Iterable
 
-from pipeline.progress.model import DONE, FAILED, FINAL, RUNNING, SEARCH, STOPPED, Snapshot, Unit, Work
+from pipeline.progress.model import DONE, FAILED, FINAL, RUNNING, SEARCH, STOPPED, Rungs, Snapshot, Unit, Work
 from pipeline.stores import tracking
 
 STARTED, HOST, PID = "progress_started", "progress_host", "progress_pid"
 TOTAL, KEPT, MAX_EPOCHS, ROUND_SIZE, ROUNDS, MODE, PRIOR = (
     "progress_total", "progress_kept", "progress_max_epochs", "progress_round_size", "progress_rounds",
     "progress_mode", "progress_prior_epoch_s")
+ASHA = "progress_asha"  # a search unit's ASHA rules (model.Rungs), as JSON
 ENDED_TAG = "progress_ended"  # a search trial's end as Tune saw it: DONE, STOPPED or FAILED
 BEST = "best_val_metric"
 STAGES = (SEARCH, FINAL)  # the stages that show progress
@@ -33,7 +36,7 @@ STAGES = (SEARCH, FINAL)  # the stages that show progress
 
 def mark_parent(client: tracking.MlflowClient, run_id: str, started: float, total: int, max_epochs: int, mode: str,
                 round_size: int | None = None, rounds: int | None = None, kept: int = 0,
-                prior_epoch_s: float | None = None) -> None:
+                prior_epoch_s: float | None = None, asha: Rungs | None = None) -> None:
     """Tag a unit's parent run with what its stage will run and this attempt's start and driver."""
     tags: dict[str, Any] = {STARTED: f"{started:.3f}", HOST: socket.gethostname(), PID: os.getpid(), TOTAL: total,
                             KEPT: kept, MAX_EPOCHS: max_epochs, MODE: mode}
@@ -41,6 +44,8 @@ def mark_parent(client: tracking.MlflowClient, run_id: str, started: float, tota
         tags.update({ROUND_SIZE: round_size, ROUNDS: rounds or 1})
     if prior_epoch_s:
         tags[PRIOR] = f"{prior_epoch_s:.4g}"
+    if asha is not None:
+        tags[ASHA] = json.dumps(asdict(asha), separators=(",", ":"))
     tracking.set_tags(client, run_id, tags)
 
 
@@ -108,7 +113,18 @@ def unit_of(parent: Any, children: Iterable[Any], stage: str) -> Unit:
     return Unit(tags.get("dataset", "?"), tags.get("family", "?"), int(tags.get(TOTAL, "0")),
                 int(tags.get(MAX_EPOCHS, "0")), tags.get(MODE, "max"),
                 int(tags[ROUND_SIZE]) if ROUND_SIZE in tags else None,
-                int(tags[ROUNDS]) if ROUNDS in tags else None, tuple(work), float(prior) if prior else None)
+                int(tags[ROUNDS]) if ROUNDS in tags else None, tuple(work), float(prior) if prior else None,
+                rungs_of(tags))
+
+
+def rungs_of(tags: dict[str, str]) -> Rungs | None:
+    """A parent's ASHA rules from its tag (None without one, or with one this version cannot read)."""
+    try:
+        found = json.loads(tags[ASHA])
+        return Rungs(tuple(int(r) for r in found["epochs"]), float(found["keep"]), int(found["free"]),
+                     int(found["repeats"]))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def snapshot(client: tracking.MlflowClient, exp_ids: list[str], stage: str, since: float | None = None,

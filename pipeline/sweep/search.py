@@ -71,7 +71,7 @@ from pipeline.sweep.progress_tags import ProgressTags
 from pipeline.sweep.plans import FamilyPlan, plan_family, start_limit, trial_contexts
 from pipeline.sweep.records import each_in_threads, family_record, failed_path, kept_result, record_workers
 from pipeline.sweep.trial import run_trial
-from pipeline.sweep.tuner import TrialFn, new_tuner, restored_tuner, scheduler_of, searcher_of
+from pipeline.sweep.tuner import TrialFn, asha_rules, new_tuner, restored_tuner, scheduler_of, searcher_of
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ def _search_group(root: Path, group: list[_Part], p: SearchParams, fresh: bool, 
     cells = [(part, plan) for part in group for plan in part.todo]
     for part, plan in cells:
         mark_parent(part.client, plan.parent, started, p.num_samples * p.repeats, p.epochs, mode, p.round_size,
-                    math.ceil(p.num_samples / p.round_size))
+                    math.ceil(p.num_samples / p.round_size), asha=asha_rules(p))
     try:
         with pending_trials(start_limit(p, [plan for _, plan in cells])):
             records = _run(root, group, p, mode, path, resumed, trial_fn)

@@ -5,6 +5,7 @@ FamilyScheduler over their ASHA schedulers, and what Ray keeps of them once the 
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from ray import tune
@@ -12,6 +13,7 @@ from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
 
 from pipeline.config import Resources, SearchParams
 from pipeline.data.contract import Dataset
+from pipeline.progress.model import Rungs
 from pipeline.sweep.context import TrialContext
 from pipeline.sweep.families import FamilyScheduler, FamilySearcher, family_of
 from pipeline.sweep.plans import FamilyPlan
@@ -36,6 +38,24 @@ def trainable(contexts: dict[str, TrialContext], data: Any, plans: list[FamilyPl
                                lambda config: own[family_of(config)])
 
 
+def _asha_args(p: SearchParams) -> dict[str, Any]:
+    return {"max_t": p.epochs, "grace_period": min(p.asha.grace_period, p.epochs),
+            "reduction_factor": p.asha.reduction_factor}
+
+
+def asha_rules(p: SearchParams) -> Rungs:
+    """The rules new_tuner's ASHA applies, for the progress estimate (pipeline.progress.asha): the
+    rungs below the budget, grace_period x rf^k for k < int(log(max_t / grace) / log(rf)) + 1 as
+    Ray's _Bracket builds them (tests/test_progress.py compares with Ray's own); one trial in rf
+    goes on past each; the first rounds_in_flight rounds of each study are never stopped."""
+    a = _asha_args(p)
+    count = int(math.log(a["max_t"] / a["grace_period"]) / math.log(a["reduction_factor"]) + 1)
+    rungs = (a["grace_period"] * a["reduction_factor"] ** k for k in range(count))
+    epochs = sorted({math.ceil(r - 1e-9) for r in rungs})  # a trial reaches a rung at the first whole epoch >= it
+    return Rungs(tuple(e for e in epochs if e < a["max_t"]), 1 / a["reduction_factor"],
+                 p.rounds_in_flight * p.round_size, p.repeats)
+
+
 def unit_seeds(p: SearchParams, repeat: int) -> tuple[int, int]:
     """(sampler seed, trial seed) of a search repeat: repeat 0 is the search as `search` sets it."""
     return p.sampler_seed + repeat, p.trial_seed + repeat
@@ -54,9 +74,7 @@ def new_tuner(plans: list[FamilyPlan], contexts: dict[str, TrialContext], data: 
                                             METRIC, mode, unit_seeds(p, repeat)[0], p.n_startup_trials, p.epochs)
             schedulers[unit] = ResumableASHA(  # metric, mode: from Tune
                 HistorySource(ctx.tracking_uri, ctx.experiment_id, ctx.parent_run_id, METRIC, repeat),
-                round_size=p.round_size, rounds_in_flight=p.rounds_in_flight, max_t=p.epochs,
-                grace_period=min(p.asha.grace_period, p.epochs),
-                reduction_factor=p.asha.reduction_factor)
+                round_size=p.round_size, rounds_in_flight=p.rounds_in_flight, **_asha_args(p))
     searcher = FamilySearcher(searchers, {unit: p.num_samples for unit in searchers}, p.max_concurrent, METRIC, mode,
                               round_size=p.round_size, rounds_in_flight=p.rounds_in_flight)
     return tune.Tuner(
