@@ -20,15 +20,16 @@ import argparse
 import ast
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pipeline.config import SearchParams
 from pipeline.progress.estimate import time_left
 from pipeline.progress.model import DONE, FAILED, FINAL, RUNNING, SEARCH, STOPPED, Rungs, Snapshot, Unit, Work
-from pipeline.progress.read import PRIOR, rungs_of
+from pipeline.progress.read import PATIENCE, PRIOR, STALE, rungs_of
 from pipeline.sweep.tuner import asha_rules
+from pipeline.training.selection import is_better, lowers_loss, progressed
 from pipeline.stores import tracking
 
 POINTS = 40
@@ -46,6 +47,7 @@ class Trace:
     epochs: list[tuple[float, float]]
     seconds: list[tuple[float, float]]
     scores: list[tuple[float, float]]
+    stale: list[tuple[float, float]] = field(default_factory=list)
 
     def at(self, t: float, mode: str) -> Work | None:
         if t < self.start:
@@ -53,16 +55,17 @@ class Trace:
         done = [v for ts, v in self.epochs if ts <= t]
         secs = [v for ts, v in self.seconds if ts <= t]
         scores = [v for ts, v in self.scores if ts <= t]
+        stale = [v for ts, v in self.stale if ts <= t]
         best = (max(scores) if mode == "max" else min(scores)) if scores else None
         return Work(self.label, self.state if t >= self.end else RUNNING, int(max(done, default=0)),
-                    secs[-1] if secs else None, best, self.start)
+                    secs[-1] if secs else None, best, self.start, int(stale[-1]) if stale else None)
 
 
 def _history(client: tracking.MlflowClient, run_id: str, key: str) -> list[tuple[float, float]]:
     return sorted((m.timestamp / 1000, m.value) for m in client.get_metric_history(run_id, key))
 
 
-def _trace(client: tracking.MlflowClient, run: Any, stage: str) -> Trace:
+def _trace(client: tracking.MlflowClient, run: Any, stage: str, mode: str) -> Trace:
     rid, tags = run.info.run_id, run.data.tags
     epochs = _history(client, rid, "epoch")
     ended_at = run.info.end_time / 1000 if run.info.end_time else float("inf")
@@ -74,8 +77,25 @@ def _trace(client: tracking.MlflowClient, run: Any, stage: str) -> Trace:
     else:
         state = DONE
     label = tags.get("optuna_trial_number" if stage == SEARCH else "seed", "0")
+    scores = _history(client, rid, "val_metric")
+    stale = _history(client, rid, STALE) or _stale(scores, _history(client, rid, "val_loss"), mode)
     return Trace(int(label) if label.isdigit() else 0, run.info.start_time / 1000, end, state, epochs,
-                 _history(client, rid, "epoch_seconds"), _history(client, rid, "val_metric"))
+                 _history(client, rid, "epoch_seconds"), scores, stale)
+
+
+def _stale(scores: list[tuple[float, float]], losses: list[tuple[float, float]],
+           mode: str) -> list[tuple[float, float]]:
+    """Early stopping's count after each epoch, from the validation histories (a run from before
+    `stale_epochs` was logged), by the trainer's rule (selection.progressed)."""
+    if len(scores) != len(losses):
+        return []
+    best, lowest, count, out = None, None, 0, []
+    for (ts, metric), (_, loss) in zip(scores, losses):
+        count = 0 if progressed(metric, loss, best, lowest, mode) else count + 1
+        best = metric if is_better(metric, best, mode) else best
+        lowest = loss if lowers_loss(loss, lowest) else lowest
+        out.append((ts, float(count)))
+    return out
 
 
 def _parents(client: tracking.MlflowClient, exp_ids: list[str], stage: str) -> list[Any]:
@@ -94,18 +114,20 @@ def _unit(client: tracking.MlflowClient, parent: Any, stage: str) -> tuple[Unit,
     children = client.search_runs([parent.info.experiment_id],
                                   filter_string=f"tags.`{tracking.PARENT_TAG}` = '{parent.info.run_id}'",
                                   max_results=50000)
-    traces = [_trace(client, r, stage) for r in children]
+    mode = tags.get("progress_mode", "max")  # a run from before the tag: "max" (the estimate does not read scores)
+    traces = [_trace(client, r, stage, mode) for r in children]
     if stage == SEARCH:
         total = int(params.get("search.num_samples", len(traces))) * int(params.get("search.repeats", 1))
         epochs, round_size = int(params.get("search.epochs", 1)), int(params.get("search.round_size", 0)) or None
     else:
         total, epochs, round_size = len(traces), int(float(params.get("epochs", 1))), None
-    mode = tags.get("progress_mode", "max")  # a run from before the tag: "max" (the estimate does not read scores)
     rounds = -(-int(params.get("search.num_samples", 1)) // round_size) if round_size else None
     asha = (rungs_of(tags) or _rules_from_params(params)) if stage == SEARCH else None
     prior = tags.get(PRIOR)  # a final parent's search-time epoch (a run from before the tag: none)
+    patience = tags.get(PATIENCE, params.get("final_patience", "")) if stage == FINAL else ""  # the param: before the tag
     unit = Unit(tags.get("dataset", "?"), tags.get("family", "?"), total, epochs, mode, round_size, rounds,
-                prior_epoch_s=float(prior) if prior else None, asha=asha)
+                prior_epoch_s=float(prior) if prior else None, asha=asha,
+                patience=int(patience) if patience.isdigit() else None)
     return unit, traces
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.progress import asha, display
-from pipeline.progress.estimate import epoch_time, expected_epochs, time_left
+from pipeline.progress.estimate import epoch_time, expected_epochs, expected_total, time_left
 from pipeline.progress.model import DONE, FAILED, FINAL, RUNNING, SEARCH, STOPPED, Rungs, Snapshot, Unit, Work
 from pipeline.progress.read import ENDED_TAG, mark_parent, snapshot
 from pipeline.progress.render import plain_line, unit_text
@@ -67,6 +67,24 @@ def test_the_estimate_waits_for_a_unit_without_timings_and_uses_the_stage_s_shar
     left = time_left(Snapshot(SEARCH, 0.0, 12.0, (timed, prior)))
     # a: 2 queued x 5 + (5 - 1) running = 14 epochs x 2 s; b: 3 x 10 + 10 = 40 x 1 s; pace 12 / 12
     assert left == pytest.approx((14 * 2 + 40 * 1) / (12 / 12))
+
+
+def test_a_final_seed_still_improving_is_counted_on_for_a_patience_more() -> None:
+    ended = (Work(0, DONE, 40, 1.0), Work(1, DONE, 50, 1.0))
+    unit = Unit("d", "f", 4, 100, work=ended, patience=15)
+    # ended seeds that got at least as far trained 45 on average; a seed at 30 with no progress for
+    # 10 epochs stops at 35 at the soonest, so 45 stands
+    assert expected_total(unit, 30, None, stale=10) == 45
+    # one at 38 that progressed at its last epoch trains at least 38 + 15
+    assert expected_total(unit, 38, None, stale=0) == 53
+    assert expected_total(unit, 38, None, stale=None) == 45  # no count logged: the ended seeds alone
+    assert expected_total(replace(unit, patience=None), 38, None, stale=0) == 45
+    # never past the budget; a unit none of whose seeds ended: the stage's share or the floor
+    assert expected_total(unit, 95, None, stale=0) == 100
+    alone = Unit("d", "f", 4, 100, work=(Work(0, RUNNING, 30, 1.0, stale=2),), patience=15)
+    assert expected_total(alone, 30, 0.3, stale=2) == 43
+    # the floor reaches the seeds not started too (the mean over the started ones)
+    assert expected_epochs(alone, 0.3) == 43
 
 
 def test_a_search_s_estimate_counts_epochs_by_asha_s_rungs() -> None:
@@ -232,10 +250,27 @@ def test_progress_is_read_back_from_the_mlflow_store(tmp_path: Path) -> None:
     assert (unit.name, unit.total, unit.ended, len(unit.running), unit.count(STOPPED), unit.count(FAILED)) == (
         "xor/cfc", 6, 3, 1, 2, 1)
     assert unit.best == 0.95 and unit.round == (2, 3) and unit.asha == Rungs((2,), 0.5, free=2)
+    assert [w.stale for w in unit.work] == [None] * 4  # none logged here
     assert snapshot(client, [exp], SEARCH, since=started + 60) is None  # another attempt's parents only
     assert snapshot(client, [exp], FINAL) is None
     tracking.finish(client, parent)
     assert snapshot(client, [exp], SEARCH) is None  # closed: not running
+
+
+def test_a_final_unit_s_patience_and_a_seed_s_epochs_without_progress_are_read_back(tmp_path: Path) -> None:
+    import time
+
+    client, _, exp = _store(tmp_path)
+    started = time.time()
+    parent = tracking.start_run(client, exp, "final/cfc", {"stage": "final", "family": "cfc", "dataset": "xor"})
+    mark_parent(client, parent, started, total=3, max_epochs=10, mode="max", patience=4)
+    seed = tracking.start_run(client, exp, "seed-0/final/cfc", {"stage": "final", "family": "cfc", "dataset": "xor",
+                                                                  "seed": 0}, parent_run_id=parent)
+    tracking.log_metrics(client, seed, {"epoch": 3, "epoch_seconds": 0.5, "stale_epochs": 2}, step=3)
+    snap = snapshot(client, [exp], FINAL, since=started)
+    assert snap is not None
+    [unit] = snap.units
+    assert unit.patience == 4 and [(w.label, w.epochs, w.stale) for w in unit.work] == [(0, 3, 2)]
 
 
 def test_status_from_another_terminal_shows_a_live_run_and_skips_a_dead_driver(
@@ -305,3 +340,13 @@ def test_the_replay_reads_asha_s_rules_from_the_parameters_of_a_search_from_befo
               "search.asha": "{'grace_period': 5, 'reduction_factor': 3}"}
     assert _rules_from_params(logged) == Rungs((5,), 1 / 3, free=2, repeats=1)
     assert _rules_from_params({**logged, "search.asha": "not a dict"}) is None
+
+
+def test_the_replay_counts_epochs_without_progress_by_the_trainer_s_rule() -> None:
+    from benchmarks.progress_replay import _stale
+
+    at = [float(t) for t in range(6)]
+    scores = list(zip(at, [0.5, 0.6, 0.6, 0.6, 0.7, 0.7]))
+    losses = list(zip(at, [1.0, 0.9, 0.8999, 0.5, 0.5, 0.5]))  # 0.8999: less than 0.1 % lower, no progress
+    assert [c for _, c in _stale(scores, losses, "max")] == [0, 0, 1, 0, 0, 1]
+    assert _stale(scores, losses[:3], "max") == []  # histories that do not line up: no count

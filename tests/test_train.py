@@ -37,6 +37,12 @@ def test_resuming_from_state_continues_the_same_run(data: Dataset) -> None:
     assert resumed.epoch == 1 and resumed.run_epoch()["train_loss"] == pytest.approx(expected, rel=1e-6)
 
 
+def test_each_epoch_reports_early_stopping_s_count_for_the_progress_display(data: Dataset) -> None:
+    trainer = Trainer("cfc", KWARGS, TrainSettings(lr=1e-12, batch_size=16), data, 0)  # nothing moves
+    counts = [trainer.run_epoch()["stale_epochs"] for _ in range(3)]
+    assert counts == [0, 1, 2] and trainer.stale_epochs == 2  # the first epoch is progress, then none
+
+
 def test_deadline_stops_between_batches(data: Dataset) -> None:
     trainer = Trainer("cfc", KWARGS, SETTINGS, data, 0)
     with pytest.raises(TimeLimitReached, match="epoch 1"):

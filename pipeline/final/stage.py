@@ -151,11 +151,11 @@ def _run(parts: list[Part]) -> None:
 def _mark(part: Part, plan: Plan, started: float) -> None:
     """Tag the family's parent run with what it trains, for progress read from MLflow
     (pipeline.progress.read): its seed runs, those kept from an earlier attempt, their epoch
-    budget and a seed's epoch as the search timed it (before one is timed here)."""
+    budget, its patience and a seed's epoch as the search timed it (before one is timed here)."""
     first = plan.jobs[0]
     prior = first.expected_s / first.epochs if first.expected_s > 0 and first.epochs else None
     mark_parent(part.inputs.experiment[0], plan.parent, started, len(plan.jobs), max(j.epochs for j in plan.jobs),
-                plan.searched["mode"], kept=len(plan.kept), prior_epoch_s=prior)
+                plan.searched["mode"], kept=len(plan.kept), prior_epoch_s=prior, patience=first.patience)
 
 
 def _finish(inputs: Inputs, plan: Plan, trained: dict[tuple[int, str, int], dict[str, Any]]) -> dict[str, Any]:

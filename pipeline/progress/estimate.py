@@ -18,7 +18,8 @@ T_u(c): the epochs a trial or seed that has trained c of them is expected to tra
   trained c epochs is expected to train as long as the unit's ended ones that trained at least c
   did on average (at least c + 1), or its whole budget when none did; one not started yet, the
   mean of the unit's started ones so counted. A unit none of whose work has ended takes the
-  stage's ended work's mean share of its budget (the whole budget before any ended).
+  stage's ended work's mean share of its budget (the whole budget before any ended). A running
+  seed trains at least c + patience - s, s its epochs since its last progress (patience_floor).
 
 busy: the time since the first trial or seed started (the stage's own start-up is behind it).
 Dividing by the pace measured so far, rather than by the slots, carries everything an epoch's
@@ -57,23 +58,36 @@ def budget_share(snapshot: Snapshot) -> float | None:
     return statistics.fmean(shares) if shares else None
 
 
-def expected_total(unit: Unit, trained: int, share: float | None = None) -> float:
+def expected_total(unit: Unit, trained: int, share: float | None = None, stale: int | None = None) -> float:
     """T_u(c) of a running trial or seed: the mean epochs of the unit's ended work that trained at
     least `trained` (at least trained + 1); when none of the unit's work has ended, `share` of its
-    budget (the stage's ended work's, budget_share); else, or without a share, its whole budget."""
+    budget (the stage's ended work's, budget_share); else, or without a share, its whole budget.
+    Never below what patience leaves it (patience_floor)."""
     ended = [w.epochs for w in unit.work if w.ended and w.epochs > 0]
     longer = [e for e in ended if e >= trained]
     if longer:
-        return max(statistics.fmean(longer), trained + 1.0)
-    if not ended and share is not None:
-        return max(unit.max_epochs * share, trained + 1.0)
-    return float(max(unit.max_epochs, trained + 1))
+        guess = max(statistics.fmean(longer), trained + 1.0)
+    elif not ended and share is not None:
+        guess = max(unit.max_epochs * share, trained + 1.0)
+    else:
+        return float(max(unit.max_epochs, trained + 1))
+    return max(guess, patience_floor(unit, trained, stale))
+
+
+def patience_floor(unit: Unit, trained: int, stale: int | None) -> float:
+    """The epochs a seed that has trained `trained`, the last `stale` of them without progress, trains
+    at least: patience stops it only after `patience - stale` more such epochs (within its budget).
+    A seed still improving is thus counted on for a full patience more, however early the unit's
+    or the stage's other seeds stopped (0 without a patience or a logged count)."""
+    if not unit.patience or stale is None:
+        return 0.0
+    return float(min(unit.max_epochs, trained + max(0, unit.patience - stale)))
 
 
 def expected_epochs(unit: Unit, share: float | None) -> float:
     """T_u(0), for work not started: the mean over the unit's started work (ended: what it trained;
     running: expected_total), else `share` of its budget, else its budget."""
-    started = [float(w.epochs) if w.ended else expected_total(unit, w.epochs, share) for w in unit.work
+    started = [float(w.epochs) if w.ended else expected_total(unit, w.epochs, share, w.stale) for w in unit.work
                if not (w.ended and w.epochs <= 0)]
     if started:
         return statistics.fmean(started)
@@ -81,7 +95,7 @@ def expected_epochs(unit: Unit, share: float | None) -> float:
 
 
 def _running_left(unit: Unit, w: Work, t: float, share: float | None) -> float:
-    return (expected_total(unit, w.epochs, share) - w.epochs) * (w.epoch_seconds or t)
+    return (expected_total(unit, w.epochs, share, w.stale) - w.epochs) * (w.epoch_seconds or t)
 
 
 def remaining_epoch_seconds(unit: Unit, share: float | None, survival: dict[int, float] | None = None) -> float | None:

@@ -20,7 +20,9 @@ class Work:
     or a seed that ended by its own rule), STOPPED (a search trial ASHA, patience or the time limit
     ended early) or FAILED; `epochs`: epochs trained so far; `epoch_seconds`: the last epoch's
     training time (None before the first); `best`: its best validation score so far; `started`:
-    when its run started, in seconds since the epoch (None: not known)."""
+    when its run started, in seconds since the epoch (None: not known); `stale`: the epochs since
+    its last progress, early stopping's count (pipeline.training.selection.PROGRESS_RULE; None:
+    not logged)."""
 
     label: int
     state: str
@@ -28,6 +30,7 @@ class Work:
     epoch_seconds: float | None = None
     best: float | None = None
     started: float | None = None
+    stale: int | None = None
 
     @property
     def ended(self) -> bool:
@@ -63,6 +66,7 @@ class Unit:
     work: tuple[Work, ...] = ()
     prior_epoch_s: float | None = None  # a final seed's epoch as its search measured it (before any is timed)
     asha: Rungs | None = None  # a search unit's ASHA rules (None: a final unit, or a run from before the tag)
+    patience: int | None = None  # a final unit's early stopping: epochs without progress that stop a seed
 
     @property
     def name(self) -> str:

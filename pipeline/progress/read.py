@@ -29,6 +29,8 @@ TOTAL, KEPT, MAX_EPOCHS, ROUND_SIZE, ROUNDS, MODE, PRIOR = (
     "progress_total", "progress_kept", "progress_max_epochs", "progress_round_size", "progress_rounds",
     "progress_mode", "progress_prior_epoch_s")
 ASHA = "progress_asha"  # a search unit's ASHA rules (model.Rungs), as JSON
+PATIENCE = "progress_patience"  # a final unit's early-stopping patience
+STALE = "stale_epochs"  # a trial's or seed's epochs since its last progress, logged each epoch
 ENDED_TAG = "progress_ended"  # a search trial's end as Tune saw it: DONE, STOPPED or FAILED
 BEST = "best_val_metric"
 STAGES = (SEARCH, FINAL)  # the stages that show progress
@@ -36,7 +38,7 @@ STAGES = (SEARCH, FINAL)  # the stages that show progress
 
 def mark_parent(client: tracking.MlflowClient, run_id: str, started: float, total: int, max_epochs: int, mode: str,
                 round_size: int | None = None, rounds: int | None = None, kept: int = 0,
-                prior_epoch_s: float | None = None, asha: Rungs | None = None) -> None:
+                prior_epoch_s: float | None = None, asha: Rungs | None = None, patience: int | None = None) -> None:
     """Tag a unit's parent run with what its stage will run and this attempt's start and driver."""
     tags: dict[str, Any] = {STARTED: f"{started:.3f}", HOST: socket.gethostname(), PID: os.getpid(), TOTAL: total,
                             KEPT: kept, MAX_EPOCHS: max_epochs, MODE: mode}
@@ -46,6 +48,8 @@ def mark_parent(client: tracking.MlflowClient, run_id: str, started: float, tota
         tags[PRIOR] = f"{prior_epoch_s:.4g}"
     if asha is not None:
         tags[ASHA] = json.dumps(asdict(asha), separators=(",", ":"))
+    if patience:
+        tags[PATIENCE] = patience
     tracking.set_tags(client, run_id, tags)
 
 
@@ -92,15 +96,17 @@ def _state(run: Any, stage: str, started: float) -> str | None:
 
 
 def work_of(run: Any, stage: str, started: float) -> Work | None:
-    """A trial's or seed's Work from its run (its latest `epoch`, `epoch_seconds`, best score)."""
+    """A trial's or seed's Work from its run (its latest `epoch`, `epoch_seconds`, best score and
+    `stale_epochs`)."""
     state = _state(run, stage, started)
     if state is None:
         return None
     m, tags = run.data.metrics, run.data.tags
     label = tags.get("optuna_trial_number" if stage == SEARCH else "seed", "0")
     best = m.get(BEST, m.get("val_metric"))
+    stale = int(m[STALE]) if STALE in m else None
     return Work(int(label) if str(label).lstrip("-").isdigit() else 0, state, int(m.get("epoch", 0)),
-                m.get("epoch_seconds"), best, run.info.start_time / 1000)
+                m.get("epoch_seconds"), best, run.info.start_time / 1000, stale)
 
 
 def unit_of(parent: Any, children: Iterable[Any], stage: str) -> Unit:
@@ -114,7 +120,7 @@ def unit_of(parent: Any, children: Iterable[Any], stage: str) -> Unit:
                 int(tags.get(MAX_EPOCHS, "0")), tags.get(MODE, "max"),
                 int(tags[ROUND_SIZE]) if ROUND_SIZE in tags else None,
                 int(tags[ROUNDS]) if ROUNDS in tags else None, tuple(work), float(prior) if prior else None,
-                rungs_of(tags))
+                rungs_of(tags), int(tags[PATIENCE]) if tags.get(PATIENCE, "").isdigit() else None)
 
 
 def rungs_of(tags: dict[str, str]) -> Rungs | None:

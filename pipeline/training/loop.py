@@ -285,8 +285,9 @@ class Trainer:
 
     def run_epoch(self, deadline: float | None = None) -> dict[str, float]:
         """Train one epoch and score validation: {epoch, steps (so far), train_loss, val_metric,
-        val_loss, epoch_seconds, lr, best_val_metric (the best validation score so far, for
-        progress: pipeline.progress; absent while none is finite)}."""
+        val_loss, epoch_seconds, lr, stale_epochs (epochs since the last progress, early stopping's
+        count), best_val_metric (the best validation score so far; absent while none is finite):
+        the last two for progress, pipeline.progress}."""
         start = time.perf_counter()
         lr = self.optimizer.param_groups[0]["lr"]  # the rate this epoch trained with
         train_loss = self.train_epoch(deadline)
@@ -300,7 +301,7 @@ class Trainer:
         self.stale_epochs = 0 if moved else self.stale_epochs + 1
         best = {} if self.best_val is None or not math.isfinite(self.best_val) else {"best_val_metric": self.best_val}
         return {"epoch": self.epoch, "steps": self.steps, "train_loss": train_loss, "val_metric": val,
-                "val_loss": val_loss, "epoch_seconds": seconds, "lr": lr, **best}
+                "val_loss": val_loss, "epoch_seconds": seconds, "lr": lr, "stale_epochs": self.stale_epochs, **best}
 
     @property
     def steps_per_epoch(self) -> int:
