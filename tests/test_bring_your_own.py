@@ -20,7 +20,7 @@ import yaml
 
 from tests.conftest import REPO, WORKED_EXAMPLE, doc_blocks
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # minutes here: docs/development/tests.md
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # minutes here: docs/development/tests.md
 
 SECTION = "## Bring your own data and model"
 FAMILY, DATASET = "my_gru", "my_data"

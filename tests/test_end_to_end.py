@@ -35,7 +35,7 @@ from pipeline.data.contract import load_dataset
 from pipeline.runtime import machine
 from tests.conftest import REPO, default_params, stages_run, write_params
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # minutes here: docs/development/tests.md
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # minutes here: docs/development/tests.md
 
 DATASET = "japanese_vowels_drop30"
 FAMILIES = ["cfc", "ncde"]  # trained through every stage
