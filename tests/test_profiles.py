@@ -212,6 +212,32 @@ def test_family_epochs_come_from_the_paper_tables() -> None:
     assert xor.prepare["xor_event"].n_train == 100_000 and xor.final.epochs == 200
 
 
+def test_walker2d_rows_train_as_the_authors_scripts_did() -> None:
+    """CfC Table 7: the CfC variants by Table S4 (50 epochs), LTC by raminmh/CfC's BEST_LTC, the
+    rows it quotes from Lechner & Hasani 2020 by mlech26l/ode-lstms walker_kinematic.py (200
+    epochs); the CPU subsets keep those configurations at their stated epochs."""
+    lechner = {"optimizer": "rmsprop", "rms_alpha": 0.9, "lr": 0.005, "batch_size": 128, "hidden_size": 64,
+               "lr_schedule": "none", "grad_clip": 0.0}
+    _, gpu = profiles.load("cfc-walker2d", PARAMS)
+    quoted = ["ode_rnn", "ct_rnn", "ode_lstm", "gru_d", "lstm_dt", "gru_ode"]
+    assert sorted(gpu.search.fixed) == sorted(quoted) and all(v == lechner for v in gpu.search.fixed.values())
+    assert [gpu.final.for_family(f).epochs for f in gpu.families] == [50] * 5 + [200] * 6  # ltc: 50, as BEST_LTC
+    ltc = load_space(space_path(ROOT, "ltc"), "ltc").for_dataset("walker2d")
+    assert ltc.reference == {"lr": 0.05, "batch_size": 128, "hidden_size": 128, "ode_unfolds": 3}
+    assert {k: ltc.fixed[k] for k in ("optimizer", "lr_schedule", "lr_decay", "grad_clip")} == {
+        "optimizer": "adam", "lr_schedule": "exponential", "lr_decay": 0.95, "grad_clip": 10.0}
+    assert load_space(space_path(ROOT, "ltc"), "ltc").for_dataset("basic_motions").reference["hidden_size"] == 32
+    _, cpu = profiles.load("cfc-walker2d-cpu", PARAMS)
+    assert set(cpu.families) < set(gpu.families) and cpu.search.fixed == {"ode_rnn": lechner, "ode_lstm": lechner}
+    assert {cpu.final.for_family(f).epochs for f in cpu.families} == {50}
+    _, cdr = profiles.load("cdrnde-walker2d-cpu", PARAMS)
+    _, table2 = profiles.load("cdrnde", PARAMS)
+    assert cdr.datasets == ["walker2d"] and set(cdr.families) < set(table2.families)
+    assert cdr.search.fixed["cdr_nde_heat"] == {"method": "euler"}  # Table 3's Euler row
+    assert cdr.search.fixed["ode_lstm"] == table2.search.fixed["ode_lstm"] == cdr.search.fixed["lstm_dt"]
+    assert cdr.final.epochs == 100 and table2.final.epochs == 200  # half, the x0.1 step still halfway
+
+
 def test_overlay_merges_mappings_and_replaces_the_rest() -> None:
     base = {"search": {"epochs": 4, "asha": {"grace_period": 2, "reduction_factor": 2}}, "datasets": ["a", "b"]}
     out = profiles.merge(base, {"search": {"asha": {"grace_period": 1}}, "datasets": ["c"]})
