@@ -23,7 +23,9 @@ on it.
     lr_step_epoch  step schedule: decay every this many epochs (torch StepLR's step_size)
     lr_step_fraction  step schedule: the same as a fraction of the run's epochs, so a paper's
                    "x0.1 at epoch 100 of 200" keeps its shape at a reduced budget (0.5)
-    grad_clip      the global gradient-norm limit (Keras `clipnorm`); 0: none
+    grad_clip      the global gradient-norm limit (torch's clip_grad_norm_, Keras' `global_clipnorm`;
+                   Keras' `clipnorm`, which the CfC papers' tables give, clips each variable's
+                   gradient on its own); 0: none
     class_weight   none (default) | balanced: cross-entropy weights n / (C * n_c) from the training
                    split's observed labels (binary: a positive weight n_neg / n_pos)
     pos_weight     binary tasks: the weight of positive examples against 1 for negatives (CfC
