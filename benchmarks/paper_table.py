@@ -1,0 +1,144 @@
+"""A paper's table beside ours, one verdict per row, from a project's final-stage records.
+
+    .venv/bin/python -m benchmarks.paper_table --root PROJECT --source cfc2021 --dataset walker2d \
+        [--not-run "ltc=13.8 core-hours for 3 seeds on one core"] [--out DIR]
+
+For every figure `references.yaml` holds for the source and dataset: our seeds' test scores
+(results/<dataset>/final/<family>.json), their mean ± sample standard deviation, the 95 %
+t-interval of the mean (pipeline.reporting.paper_column.mean_interval, as the report's "paper"
+column), the paper's mean ± std, the difference, and the verdict:
+
+    reproduced   the paper's mean lies inside our interval
+    better       our interval lies wholly on the better side of it (lower MSE, higher accuracy)
+    worse        wholly on the worse side
+    not run      no record of ours: the reason given with --not-run, else "not in the run"
+
+A figure of another model filed under the family's name (`other_model`) or of a variant our
+configuration does not have (`config`) gets no verdict: it says which. Under the table: the data
+provenance each record carries, and each row's seeds, epochs and wall time per seed. Writes
+paper_table.md and paper_table.json to --out and prints the Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from pipeline.data.provenance import DATA_PROVENANCE
+from pipeline.reporting.numbers import fmt, signed
+from pipeline.reporting.paper_column import mean_interval, split_figures
+from pipeline.reporting.references import Figure, load_references
+
+REPRODUCED, BETTER, WORSE, NOT_RUN = "reproduced", "better", "worse", "not run"
+
+
+def verdict(scores: list[float], paper: float, mode: str) -> tuple[str, tuple[float, float] | None]:
+    """(verdict, our 95 % interval) for our per-seed `scores` against the paper's mean; with fewer
+    than two scores there is no interval, and the verdict is "not run" (one seed says nothing)."""
+    interval = mean_interval(scores)
+    if interval is None:
+        return NOT_RUN, None
+    low, high = interval
+    if low <= paper <= high:
+        return REPRODUCED, interval
+    ours_lower = high < paper
+    better = ours_lower if mode == "min" else not ours_lower
+    return (BETTER if better else WORSE), interval
+
+
+def _record(root: Path, dataset: str, family: str) -> dict[str, Any] | None:
+    path = root / "results" / dataset / "final" / f"{family}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def row(figure: Figure, record: dict[str, Any] | None, reason: str | None) -> dict[str, Any]:
+    """One table row: ours (if any), the paper's, the difference and the verdict."""
+    paper, paper_std = figure.as_fraction()
+    out: dict[str, Any] = {"family": figure.family, "where": figure.where, "note": figure.note,
+                           "paper_mean": paper, "paper_std": paper_std, "metric": figure.metric}
+    if record is not None:
+        shown, _ = split_figures([figure], record)
+        if not shown:
+            why = figure.other_model or f"the paper's row is {figure.config}; ours is not"
+            return {**out, "verdict": f"not comparable: {why}"}
+    scores = [s["test"] for s in (record or {}).get("seeds", []) if s.get("test") is not None]
+    if record is None or len(scores) < 2:
+        return {**out, "verdict": NOT_RUN, "reason": reason or ("not in the run" if record is None
+                                                                   else f"{len(scores)} seed(s) scored")}
+    found, interval = verdict(scores, paper, record.get("mode", "max"))
+    seeds = record.get("seeds", [])
+    walls = [s["seconds_per_epoch"] * s.get("epochs_trained", record.get("epochs", 0)) for s in seeds
+             if s.get("seconds_per_epoch")]
+    return {**out, "verdict": found, "n": len(scores), "scores": scores, "mean": statistics.fmean(scores),
+            "std": statistics.stdev(scores), "interval": interval, "diff": statistics.fmean(scores) - paper,
+            "epochs": record.get("epochs"), "train_s_per_seed": [round(w) for w in walls],
+            "provenance": record.get(DATA_PROVENANCE, "")}
+
+
+def table(root: Path, source: str, dataset: str, reasons: dict[str, str]) -> dict[str, Any]:
+    refs = load_references(root)
+    if source not in refs.sources:
+        raise SystemExit(f"references.yaml: no source {source!r} (sources: {', '.join(sorted(refs.sources))})")
+    figures = [f for f in refs.figures if f.source == source and f.dataset == dataset]
+    if not figures:
+        raise SystemExit(f"references.yaml: source {source!r} has no figure on dataset {dataset!r}")
+    rows = [row(f, _record(root, dataset, f.family), reasons.get(f.family)) for f in figures]
+    return {"root": str(root), "source": source, "citation": refs.sources[source].citation, "dataset": dataset,
+            "rows": rows}
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [f"# {report['citation']}: {report['dataset']}, ours beside the paper's", "",
+             "| row | ours: test (n) | our 95 % interval | paper | ours - paper | verdict |",
+             "|---|---|---|---|---|---|"]
+    for r in report["rows"]:
+        metric, paper = r["metric"], fmt(r["paper_mean"], r["paper_std"], r["metric"])
+        label = r["family"] + (f" ({r['note'].split(';')[0]})" if r["note"] else "")
+        if "mean" not in r:
+            why = f" ({r['reason']})" if r.get("reason") else ""
+            lines.append(f"| {label} | — | — | {paper} | — | {r['verdict']}{why} |")
+            continue
+        low, high = r["interval"]
+        lines.append(f"| {label} | {fmt(r['mean'], r['std'], metric)} (n = {r['n']}) | "
+                     f"{fmt(low, None, metric)} to {fmt(high, None, metric)} | {paper} | "
+                     f"{signed(r['diff'], metric)} | {r['verdict']} |")
+    ran = [r for r in report["rows"] if "mean" in r]
+    for prov in sorted({r["provenance"] for r in ran if r["provenance"]}):
+        lines += ["", f"Data: {prov}"]
+    if ran:
+        lines += [""] + [f"- {r['family']}: seeds {', '.join(f'{s:.4g}' for s in r['scores'])}; {r['epochs']} "
+                         f"epochs; training {', '.join(str(w) for w in r['train_s_per_seed'])} s per seed"
+                         for r in ran]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--root", type=Path, required=True, help="the project whose results/ holds the final records")
+    ap.add_argument("--source", required=True, help="a source key of references.yaml (cfc2021, anumasa_cdrnde, ...)")
+    ap.add_argument("--dataset", required=True)
+    ap.add_argument("--not-run", action="append", default=[], metavar="FAMILY=REASON",
+                    help="why a row has no run of ours")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    reasons = {}
+    for item in args.not_run:
+        family, sep, reason = item.partition("=")
+        if not sep or not family or not reason:
+            ap.error(f"--not-run {item!r}: expected FAMILY=REASON")
+        reasons[family] = reason
+    report = table(args.root.resolve(), args.source, args.dataset, reasons)
+    text = render(report)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "paper_table.json").write_text(json.dumps(report, indent=1))
+        (args.out / "paper_table.md").write_text(text)
+    print(text)
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""benchmarks/paper_table.py: a paper's rows beside our final records, with the verdict the
+reproduction pages use (the paper's mean inside our 95 % t-interval, or wholly on one side)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from benchmarks import paper_table
+from benchmarks.paper_table import BETTER, NOT_RUN, REPRODUCED, WORSE, verdict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_verdict_follows_the_interval_and_the_metric_s_direction() -> None:
+    scores = [0.60, 0.62, 0.64]  # mean 0.62, sample std 0.02: t(0.975, 2) = 4.303, half-width 0.0497
+    found, interval = verdict(scores, 0.643, "min")
+    assert found == REPRODUCED and interval == pytest.approx((0.5703, 0.6697), abs=1e-4)
+    assert verdict(scores, 0.70, "min")[0] == BETTER and verdict(scores, 0.70, "max")[0] == WORSE
+    assert verdict(scores, 0.50, "min")[0] == WORSE and verdict(scores, 0.50, "max")[0] == BETTER
+    assert verdict([0.6], 0.6, "min") == (NOT_RUN, None)  # one seed has no interval
+
+
+def _record(root: Path, family: str, tests: list[float], config: dict | None = None) -> None:
+    folder = root / "results" / "walker2d" / "final"
+    folder.mkdir(parents=True, exist_ok=True)
+    seeds = [{"seed": i, "test": t, "seconds_per_epoch": 10.0, "epochs_trained": 50} for i, t in enumerate(tests)]
+    (folder / f"{family}.json").write_text(json.dumps({
+        "family": family, "mode": "min", "metric": "mse", "epochs": 50, "seeds": seeds,
+        "model_config": config or {}, "data_provenance": "local copy, not verified against the publisher"}))
+
+
+def test_the_table_gives_every_row_of_the_paper_a_verdict_or_a_reason(tmp_path: Path) -> None:
+    shutil.copy(ROOT / "references.yaml", tmp_path / "references.yaml")
+    _record(tmp_path, "cfc", [0.60, 0.62, 0.64])            # Table 7: 0.643 -> inside
+    _record(tmp_path, "cfc_mmrnn", [0.70, 0.71, 0.72])      # 0.617 -> ours higher: worse
+    _record(tmp_path, "cfc_no_gate", [0.66])                # one seed: no verdict
+    _record(tmp_path, "gru_ode", [1.0, 1.1, 1.2])           # Lechner & Hasani's GRU-ODE: another model
+    report = paper_table.main(["--root", str(tmp_path), "--source", "cfc2021", "--dataset", "walker2d",
+                               "--not-run", "ltc=13.8 core-hours", "--out", str(tmp_path / "out")])
+    rows = {r["family"]: r for r in report["rows"]}
+    assert len(rows) == 11  # every walker2d row of CfC's Table 7 that the zoo has
+    assert rows["cfc"]["verdict"] == REPRODUCED and rows["cfc"]["diff"] == pytest.approx(0.62 - 0.643)
+    assert rows["cfc_mmrnn"]["verdict"] == WORSE
+    assert rows["cfc_no_gate"]["verdict"] == NOT_RUN and rows["cfc_no_gate"]["reason"] == "1 seed(s) scored"
+    assert rows["gru_ode"]["verdict"].startswith("not comparable: Lechner & Hasani 2020's GRU-ODE")
+    assert rows["ltc"] == {**rows["ltc"], "verdict": NOT_RUN, "reason": "13.8 core-hours"}
+    assert rows["ode_lstm"]["reason"] == "not in the run"
+    text = (tmp_path / "out" / "paper_table.md").read_text()
+    assert "| cfc ('CfC') | 0.6200 ± 0.0200 (n = 3) | 0.5703 to 0.6697 | 0.6430 ± 0.0060 | -0.0230 | reproduced |" in text
+    assert "Data: local copy, not verified against the publisher" in text
+    assert json.loads((tmp_path / "out" / "paper_table.json").read_text())["source"] == "cfc2021"
+    with pytest.raises(SystemExit, match="no source 'nope'"):
+        paper_table.main(["--root", str(tmp_path), "--source", "nope", "--dataset", "walker2d"])
