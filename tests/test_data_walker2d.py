@@ -154,6 +154,20 @@ def test_inputs_standardised_targets_raw(tmp_path, served):
     assert abs(ds.splits["train"].y[..., 1].mean()) > 50  # row numbers, not standardised
 
 
+def test_raw_scaling_feeds_the_simulator_s_units_as_the_reference_does(tmp_path, served):
+    server, arrays = served
+    _, standard = run(tmp_path / "standard", server)
+    meta, ds = run(tmp_path / "raw", server, scaling="raw")
+    for split in ("train", "val", "test"):
+        # the same windows: the raw inputs are the standardised ones with the scaling undone
+        np.testing.assert_allclose(ds.splits[split].x, raw_x(standard, split), rtol=1e-5, atol=1e-4)
+        np.testing.assert_array_equal(ds.splits[split].y, standard.splits[split].y)
+        np.testing.assert_array_equal(ds.splits[split].t, standard.splits[split].t)
+    assert ds.meta.norm_mean == [0.0] * 17 and ds.meta.norm_std == [1.0] * 17  # serving scales nothing
+    assert ds.meta.source.endswith("; inputs raw, as the reference feeds them")
+    assert abs(ds.splits["train"].x[..., 1].mean()) > 50  # row numbers, as the targets
+
+
 @pytest.mark.parametrize("bad, message", [
     (npy_bytes(np.zeros((100, 16))), "shape (100, 16)"),
     (npy_bytes(np.zeros(100)), "shape (100,)"),

@@ -236,6 +236,8 @@ def test_walker2d_rows_train_as_the_authors_scripts_did() -> None:
     assert cdr.search.fixed["cdr_nde_heat"] == {"method": "euler"}  # Table 3's Euler row
     assert cdr.search.fixed["ode_lstm"] == table2.search.fixed["ode_lstm"] == cdr.search.fixed["lstm_dt"]
     assert cdr.final.epochs == 100 and table2.final.epochs == 200  # half, the x0.1 step still halfway
+    # the inputs as the authors' loaders feed them (Walker2dImitationData: no scaling)
+    assert {p.prepare["walker2d"].scaling for p in (gpu, cpu, cdr, table2)} == {"raw"}
 
 
 def test_overlay_merges_mappings_and_replaces_the_rest() -> None:

@@ -182,6 +182,9 @@ class Walker2dParams(_Strict):
     drop_fraction: float = Field(0.1, ge=0, lt=1)
     seed: Seed = Field(125487, description="file shuffle before the 75/10/15 split; 125487 is ODE-LSTM's")
     drop_seed: Seed = Field(891374, description="which steps are dropped; 891374 is ODE-LSTM's")
+    scaling: Literal["standard", "raw"] = Field(
+        "standard", description="the inputs: `standard` (train mean and std, every dataset's) or `raw` (the "
+        "simulator's units, as the CfC and ODE-LSTM authors' code feeds them); targets are raw either way")
 
 
 class ImdbParams(_Strict):

@@ -27,8 +27,10 @@ before the window (0 before a file's first step), so the elapsed times every fam
 (t[0], then differences) are exactly ODE-LSTM's `times` input.
 
 Targets: y (N, 64, 17) float32 in raw units, as in the reference, so the test MSE is comparable
-with the papers' numbers. Inputs x are standardised with train statistics (`contract.standardise`,
-the project's rule; the reference feeds raw values): a model sees standardised x and predicts raw y.
+with the papers' numbers. Inputs x are standardised with train statistics by default
+(`contract.standardise`, the project's rule: a model sees standardised x and predicts raw y);
+`scaling: raw` feeds them as the reference does, in the simulator's units (channel standard
+deviations 0.15 to 6.5 in the training windows), which the paper profiles set.
 """
 
 from __future__ import annotations
@@ -143,14 +145,22 @@ def build(name: str, p: Walker2dParams, raw_dir: Path) -> Dataset:
                             f"gives no window of {p.window} kept steps; too few or too short rollouts")
         t, y = np.concatenate(ts), np.concatenate(ys)
         raw[split] = Split(x=x, t=t, mask=np.ones(t.shape, bool), y=y)
-    splits, mean, std = standardise(raw)
+    splits, mean, std = standardise(raw) if p.scaling == "standard" else unscaled(raw)
     meta = Meta(
         name=name, task="regression", per_step=True, output_size=STATE_DIM, metric="mse", channels=CHANNELS,
         source=(f"Walker2d kinematics ({URL}); ODE-LSTM preprocessing (mlech26l/ode-lstms "
                 f"Walker2dImitationData): {len(rollouts)} rollouts split 75/10/15 by file "
                 f"(RandomState({p.seed}) shuffle), {p.drop_fraction:.0%} of steps dropped "
                 f"(RandomState({p.drop_seed})), times in simulation steps, windows of {p.window} kept "
-                f"steps with stride {p.stride}; target = the next simulation step, raw (not standardised)"),
+                f"steps with stride {p.stride}; target = the next simulation step, raw (not standardised)"
+                f"{'; inputs raw, as the reference feeds them' if p.scaling == 'raw' else ''}"),
         sizes={k: len(v) for k, v in splits.items()}, norm_mean=mean.tolist(), norm_std=std.tolist(),
     )
     return Dataset(meta, splits)
+
+
+def unscaled(splits: dict[str, Split]) -> tuple[dict[str, Split], np.ndarray, np.ndarray]:
+    """The splits as they are, with the identity's (centre 0, scale 1) for meta.json's norm_mean
+    and norm_std, so serving scales a request's inputs the same way (not at all)."""
+    ones = np.ones(STATE_DIM, np.float32)
+    return splits, np.zeros(STATE_DIM, np.float32), ones
