@@ -159,6 +159,61 @@ def test_backbone_dropout_follows_layers_two_and_up() -> None:
     assert [dropouts(1), dropouts(2), dropouts(3)] == [0, 1, 2]
 
 
+def lecun_tanh(z: torch.Tensor) -> torch.Tensor:
+    return 1.7159 * torch.tanh(0.666 * z)
+
+
+def test_keras_code_drops_out_after_every_layer_and_squashes_with_lecun_tanh() -> None:
+    """tf_cfc.py CfcCell: Dropout after each backbone Dense (a one-layer one included), ff1 and ff2
+    with lecun_tanh, every Dense bias starting at 0."""
+    def dropouts(layers: int) -> int:
+        model = small(CfC, backbone_layers=layers, backbone_dropout=0.2, code="keras")
+        return sum(isinstance(m, torch.nn.Dropout) for m in model.cell.backbone.modules())
+
+    assert [dropouts(1), dropouts(2), dropouts(3)] == [1, 2, 3]
+    model = small(CfC, code="keras")
+    biases = [model.cell.backbone.input_map.bias, model.cell.heads.bias, model.readout.bias]
+    assert all(torch.count_nonzero(b) == 0 for b in biases)
+    with torch.no_grad():  # away from the zero start, to see every term
+        model.cell.heads.bias.normal_(generator=torch.Generator().manual_seed(5))
+        model.cell.backbone.input_map.bias.normal_(generator=torch.Generator().manual_seed(6))
+    x, h, dt = inputs()
+    u = features(model, x, h)
+    w_g, w_k, w_a, w_b = model.cell.heads.weight.split(H)
+    b_g, b_k, b_a, b_b = model.cell.heads.bias.split(H)
+    g, k = lecun_tanh(u @ w_g.T + b_g), lecun_tanh(u @ w_k.T + b_k)
+    gate = torch.sigmoid((u @ w_a.T + b_a) * dt + (u @ w_b.T + b_b))
+    torch.testing.assert_close(step(model, x, h, dt), g * (1 - gate) + gate * k)
+    dropped = small(CfC, backbone_dropout=0.5, code="keras")
+    assert not torch.equal(step(dropped.train(), x, h, dt), step(dropped.eval(), x, h, dt))
+    with pytest.raises(ValueError, match=r"unknown code 'tf'; valid: \['torch', 'keras'\]"):
+        small(CfC, code="tf")
+
+
+def test_keras_mixed_memory_feeds_the_lstm_output_to_the_cfc_as_its_input() -> None:
+    """tf_cfc.py MixedCfcCell: the LSTM reads x and the CfC's state; the CfC reads the LSTM's
+    output as its input and keeps its own state."""
+    model = small(CfCMMRNN, forget_bias=0.7, per_step=True, code="keras")
+    lstm, bb = model.memory, model.cell.backbone
+    assert bb.input_map.in_features == H and torch.count_nonzero(lstm.input_map.bias) == 0
+    gen = torch.Generator().manual_seed(2)
+    x, dt = torch.randn(2, 3, C, generator=gen), torch.rand(2, 3, generator=gen)
+    h, c, outputs = torch.zeros(2, H), torch.zeros(2, H), []
+    for t in range(3):
+        z = x[:, t] @ lstm.input_map.weight.T + h @ lstm.recurrent_map.weight.T
+        i, i_gate, f_gate, o_gate = z.split(H, dim=-1)
+        c = c * torch.sigmoid(f_gate + 0.7) + torch.tanh(i) * torch.sigmoid(i_gate)
+        h_lstm = torch.tanh(c) * torch.sigmoid(o_gate)
+        u = torch.tanh(torch.cat([h_lstm, h], -1) @ bb.first_weight().T + bb.input_map.bias)
+        w_g, w_k, w_a, w_b = model.cell.heads.weight.split(H)
+        g, k = lecun_tanh(u @ w_g.T), lecun_tanh(u @ w_k.T)
+        gate = torch.sigmoid((u @ w_a.T) * dt[:, t, None] + u @ w_b.T)
+        h = g * (1 - gate) + gate * k
+        outputs.append(h @ model.readout.weight.T)
+    got = model(x=x, dt=dt, mask=torch.ones(2, 3, dtype=torch.bool))
+    torch.testing.assert_close(got, torch.stack(outputs, dim=1))
+
+
 def test_init_gain_sets_the_xavier_bound() -> None:
     model = small(CfC, init_gain=0.5)
     bound = lambda fan_in, fan_out: 0.5 * math.sqrt(6.0 / (fan_in + fan_out))  # noqa: E731

@@ -20,6 +20,18 @@ where Eq. 10's sigmoid(-f t) is 1/2 at t = 0; the Tables S1-S4 numbers come from
 mixed-memory cell (CfC-mmRNN) puts
 an LSTM in front: its cell state c carries long-term memory, its output feeds the CfC as state.
 
+Two implementations by the same authors differ in details the paper does not print, and Tables
+S1-S4 were made with either: raminmh/CfC torch_cfc.py (PhysioNet, Table S2) and tf_cfc.py (XOR,
+IMDB and Walker2d: train_xor.py, train_imdb.py, train_walker.py import it). `code: torch` (the
+default) follows the first, `code: keras` the second:
+  - backbone dropout after every layer (Keras appends Dropout to each Dense; the PyTorch code only
+    after layers 2 onwards, so a one-layer backbone has none there);
+  - the candidate heads g and k squashed by LeCun's tanh, 1.7159 tanh(0.666 x), not tanh;
+  - every bias starts at zero (Keras' Dense and LSTM), not at torch's default draw;
+  - the mixed-memory cell wired as tf_cfc.py MixedCfcCell: the LSTM's output is the CfC's input
+    and the CfC keeps its own state, where torch_cfc.py feeds the step's x to the CfC and the
+    LSTM's output as its state.
+
 Speed: the backbone's first layer acts on the concatenation [x_t, h]; it is stored as an input
 part and a recurrent part, so the input part of all L steps is one matmul before the step loop
 (`project_inputs`), and each step only adds h @ W_h. The heads g, k, f_a, f_b are one matmul.
@@ -54,20 +66,26 @@ def _xavier_(weight: torch.Tensor, gain: float) -> None:
         nn.init.xavier_uniform_(weight, gain=gain)
 
 
+CODES = ("torch", "keras")  # which of the authors' implementations a cell follows (module docstring)
+
+
 class Backbone(nn.Module):
     """u = MLP([x, h]): (B, C) input part and (B, H) state -> (B, units).
 
     `layers` Linear + activation blocks; dropout follows blocks 2..layers, as in the official
-    PyTorch code (a one-layer backbone has none).
+    PyTorch code (a one-layer backbone has none), or every block with `dropout_every_layer`, as
+    in their Keras code.
     """
 
     def __init__(
-        self, input_size: int, hidden_size: int, units: int, layers: int, activation: str, dropout: float
+        self, input_size: int, hidden_size: int, units: int, layers: int, activation: str, dropout: float,
+        dropout_every_layer: bool = False,
     ) -> None:
         super().__init__()
         self.input_map = nn.Linear(input_size, units)
         self.recurrent_map = nn.Linear(hidden_size, units, bias=False)
         self.activation = ACTIVATIONS[activation]()
+        self.first_dropout = nn.Dropout(dropout) if dropout_every_layer and dropout > 0 else nn.Identity()
         deeper: list[nn.Module] = []
         for _ in range(layers - 1):
             deeper += [nn.Linear(units, units), ACTIVATIONS[activation]()]
@@ -79,16 +97,20 @@ class Backbone(nn.Module):
         """The first layer as one (units, C + H) matrix acting on [x, h]."""
         return torch.cat([self.input_map.weight, self.recurrent_map.weight], dim=1)
 
-    def reset_parameters(self, gain: float) -> None:
-        """Xavier-uniform with `gain` on every weight; the first layer as the one [x, h] matrix."""
+    def reset_parameters(self, gain: float, zero_bias: bool = False) -> None:
+        """Xavier-uniform with `gain` on every weight, the first layer as the one [x, h] matrix;
+        `zero_bias`: every bias 0 (Keras' Dense), else torch's default draw."""
         first = torch.empty_like(self.first_weight())
         _xavier_(first, gain)
         with torch.no_grad():
             self.input_map.weight.copy_(first[:, : self.input_map.in_features])
             self.recurrent_map.weight.copy_(first[:, self.input_map.in_features :])
-        for module in self.deeper:
+        for module in [self.input_map, *self.deeper]:
             if isinstance(module, nn.Linear):
-                _xavier_(module.weight, gain)
+                if module is not self.input_map:
+                    _xavier_(module.weight, gain)
+                if zero_bias:
+                    nn.init.zeros_(module.bias)
 
     def project_inputs(self, x: torch.Tensor) -> torch.Tensor:
         """(..., C) -> (..., units): the input part of the first layer, bias included."""
@@ -96,31 +118,38 @@ class Backbone(nn.Module):
 
     def forward(self, x_part: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """x_part (B, units) from project_inputs, h (B, H) -> u (B, units)."""
-        u = self.activation(torch.addmm(x_part, h, self.recurrent_map.weight.t()))
+        u = self.first_dropout(self.activation(torch.addmm(x_part, h, self.recurrent_map.weight.t())))
         return self.deeper(u) if len(self.deeper) else u
 
 
 class CfCCell(nn.Module):
-    """Eq. 10 (gated) or its no-gate ablation: (x_part (B, U), h (B, H), dt (B, 1)) -> h' (B, H)."""
+    """Eq. 10 (gated) or its no-gate ablation: (x_part (B, U), h (B, H), dt (B, 1)) -> h' (B, H).
 
-    def __init__(self, backbone: Backbone, hidden_size: int, no_gate: bool, init_gain: float) -> None:
+    `code`: "torch" squashes the candidates g, k with tanh, "keras" with LeCun's tanh and starts
+    every bias at 0 (module docstring)."""
+
+    def __init__(self, backbone: Backbone, hidden_size: int, no_gate: bool, init_gain: float,
+                 code: str = "torch") -> None:
         super().__init__()
         self.backbone = backbone
         self.hidden_size = hidden_size
         self.no_gate = no_gate
+        self.squash: Callable[[torch.Tensor], torch.Tensor] = LeCunTanh() if code == "keras" else torch.tanh
         units = backbone.input_map.out_features
         # Heads g, k, f_a, f_b stacked in this order: one matmul instead of four.
         self.heads = nn.Linear(units, 4 * hidden_size)
-        backbone.reset_parameters(init_gain)
+        backbone.reset_parameters(init_gain, zero_bias=code == "keras")
         for head in self.heads.weight.view(4, hidden_size, units):  # each head as its own layer
             _xavier_(head, init_gain)
+        if code == "keras":
+            nn.init.zeros_(self.heads.bias)
 
     def project_inputs(self, x: torch.Tensor) -> torch.Tensor:
         return self.backbone.project_inputs(x)
 
     def forward(self, x_part: torch.Tensor, h: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
         heads = self.heads(self.backbone(x_part, h))  # (B, 4H)
-        candidates = torch.tanh(heads[:, : 2 * self.hidden_size])  # tanh(g), tanh(k): (B, 2H)
+        candidates = self.squash(heads[:, : 2 * self.hidden_size])  # tanh(g), tanh(k): (B, 2H)
         g, k = candidates.chunk(2, dim=-1)
         f_a, f_b = heads[:, 2 * self.hidden_size :].chunk(2, dim=-1)
         gate = torch.sigmoid(torch.addcmul(f_b, f_a, dt))  # time-continuous gate (B, H)
@@ -160,7 +189,7 @@ class CfSEq9Cell(nn.Module):
 class CfSCell(nn.Module):
     """Eq. 9, the direct closed-form solution: (x_part (B, U), h (B, H), dt (B, 1)) -> h' (B, H)."""
 
-    def __init__(self, backbone: Backbone, hidden_size: int, init_gain: float) -> None:
+    def __init__(self, backbone: Backbone, hidden_size: int, init_gain: float, code: str = "torch") -> None:
         super().__init__()
         self.backbone = backbone
         self.head = nn.Linear(backbone.input_map.out_features, hidden_size)  # f
@@ -168,8 +197,10 @@ class CfSCell(nn.Module):
         # (1, H) tensors, which reads as unintended; we keep the stated starting values).
         self.w_tau = nn.Parameter(torch.zeros(1, hidden_size))
         self.A = nn.Parameter(torch.ones(1, hidden_size))
-        backbone.reset_parameters(init_gain)
+        backbone.reset_parameters(init_gain, zero_bias=code == "keras")
         _xavier_(self.head.weight, init_gain)
+        if code == "keras":
+            nn.init.zeros_(self.head.bias)
 
     def project_inputs(self, x: torch.Tensor) -> torch.Tensor:
         return self.backbone.project_inputs(x)
@@ -185,17 +216,18 @@ class MemoryLSTMCell(nn.Module):
 
     As in the official PyTorch code: gates z = W_x x + b + W_h h in the order input, input gate,
     forget gate, output gate; forget gate sigmoid(z_f + forget_bias); xavier input weights,
-    orthogonal recurrent weights, biases uniform in [-0.1, 0.1].
+    orthogonal recurrent weights, biases uniform in [-0.1, 0.1] (0 with `zero_bias`, as the Keras
+    code's MixedCfcCell).
     """
 
-    def __init__(self, input_size: int, hidden_size: int, forget_bias: float) -> None:
+    def __init__(self, input_size: int, hidden_size: int, forget_bias: float, zero_bias: bool = False) -> None:
         super().__init__()
         self.forget_bias = forget_bias
         self.input_map = nn.Linear(input_size, 4 * hidden_size)
         self.recurrent_map = nn.Linear(hidden_size, 4 * hidden_size, bias=False)
         with torch.no_grad():
             nn.init.xavier_uniform_(self.input_map.weight)
-            nn.init.uniform_(self.input_map.bias, -0.1, 0.1)
+            nn.init.uniform_(self.input_map.bias, 0.0 if zero_bias else -0.1, 0.0 if zero_bias else 0.1)
             nn.init.orthogonal_(self.recurrent_map.weight)
 
     def project_inputs(self, x: torch.Tensor) -> torch.Tensor:

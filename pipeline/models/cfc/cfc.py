@@ -10,6 +10,9 @@ between observations as an input (the equations are in _cfc_cells.py):
 
 Options of the official configurations that change the model are arguments: `time_scale` (tau:
 dt is multiplied by it before it reaches the cell) and `init_gain` (xavier-uniform gain, `init`).
+`code` says which of the authors' two implementations the cells follow: "torch" (torch_cfc.py,
+the default; PhysioNet's Table S2) or "keras" (tf_cfc.py, which made Tables S1, S3 and S4: XOR,
+IMDB, Walker2d); cells.py lists what differs.
 
 `missing_values` says what a step reads where a channel was not measured:
     "zero"           0, the standardised training mean (C inputs per step);
@@ -27,7 +30,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pipeline.models.cfc.cells import ACTIVATIONS, Backbone, CfCCell, CfSCell, CfSEq9Cell, MemoryLSTMCell
+from pipeline.models.cfc.cells import ACTIVATIONS, CODES, Backbone, CfCCell, CfSCell, CfSEq9Cell, MemoryLSTMCell
 from pipeline.models.base import SequenceModel, check_raw_inputs, elapsed_times, gather_steps, last_valid_index
 
 MISSING_VALUES = ("zero", "last_and_mask")
@@ -70,10 +73,14 @@ class _ClosedFormRNN(SequenceModel):
         time_scale: float = 1.0,
         init_gain: float = 1.0,
         missing_values: str = "zero",
+        code: str = "torch",
     ) -> None:
         super().__init__(input_channels=input_channels, output_size=output_size, per_step=per_step)
         if missing_values not in MISSING_VALUES:
             raise ValueError(f"unknown missing_values {missing_values!r}; valid: {list(MISSING_VALUES)}")
+        if code not in CODES:
+            raise ValueError(f"unknown code {code!r}; valid: {list(CODES)}")
+        self.code = code
         # what one step reads: C values, or C carried values and C measured-flags
         self.step_channels = input_channels * (2 if missing_values == "last_and_mask" else 1)
         _check_positive(hidden_size=hidden_size, backbone_units=backbone_units,
@@ -86,10 +93,17 @@ class _ClosedFormRNN(SequenceModel):
             raise ValueError(f"backbone_dropout must be in [0, 1), got {backbone_dropout}")
         self.hidden_size = hidden_size
         self.time_scale = time_scale
-        backbone = Backbone(self.step_channels, hidden_size, backbone_units, backbone_layers,
-                            backbone_activation, backbone_dropout)
+        backbone = Backbone(self._cell_inputs(hidden_size), hidden_size, backbone_units, backbone_layers,
+                            backbone_activation, backbone_dropout, dropout_every_layer=code == "keras")
         self.cell = self._make_cell(backbone, hidden_size, init_gain)
         self.readout = nn.Linear(hidden_size, output_size)
+        if code == "keras":  # Keras' Dense: glorot-uniform kernel, zero bias
+            nn.init.xavier_uniform_(self.readout.weight)
+            nn.init.zeros_(self.readout.bias)
+
+    def _cell_inputs(self, hidden_size: int) -> int:
+        """What the cell reads per step besides its state: the step's channels."""
+        return self.step_channels
 
     def _make_cell(self, backbone: Backbone, hidden_size: int, init_gain: float) -> nn.Module:
         raise NotImplementedError
@@ -137,14 +151,14 @@ class CfC(_ClosedFormRNN):
     """CfC, Eq. 10 of Hasani et al. 2022."""
 
     def _make_cell(self, backbone: Backbone, hidden_size: int, init_gain: float) -> nn.Module:
-        return CfCCell(backbone, hidden_size, no_gate=False, init_gain=init_gain)
+        return CfCCell(backbone, hidden_size, no_gate=False, init_gain=init_gain, code=self.code)
 
 
 class CfCNoGate(_ClosedFormRNN):
     """CfC-noGate: h' = tanh(g) + sigmoid(f_a dt + f_b) * tanh(k), Hasani et al. 2022."""
 
     def _make_cell(self, backbone: Backbone, hidden_size: int, init_gain: float) -> nn.Module:
-        return CfCCell(backbone, hidden_size, no_gate=True, init_gain=init_gain)
+        return CfCCell(backbone, hidden_size, no_gate=True, init_gain=init_gain, code=self.code)
 
 
 CFS_FORMS = ("code", "eq9")
@@ -167,33 +181,44 @@ class CfS(_ClosedFormRNN):
     def _make_cell(self, backbone: Backbone, hidden_size: int, init_gain: float) -> nn.Module:
         if self.form == "eq9":
             return CfSEq9Cell(self.step_channels, hidden_size, init_gain=init_gain)
-        return CfSCell(backbone, hidden_size, init_gain=init_gain)
+        return CfSCell(backbone, hidden_size, init_gain=init_gain, code=self.code)
 
 
 class CfCMMRNN(_ClosedFormRNN):
-    """CfC-mmRNN: per step (h_lstm, c) = LSTM(x_t, (h, c)), then h = CfC(x_t, h_lstm, dt).
+    """CfC-mmRNN, per step with the CfC's state h and the LSTM's memory c:
+
+        code "torch" (torch_cfc.py):  (h_lstm, c) = LSTM(x_t, (h, c)),  h = CfC(x_t, state h_lstm, dt)
+        code "keras" (tf_cfc.py MixedCfcCell):  (h_lstm, c) = LSTM(x_t, (h, c)),  h = CfC(h_lstm, state h, dt)
 
     `forget_bias` is added to the LSTM's forget gate (1.0 in the official PyTorch code).
     """
 
     def __init__(self, *, forget_bias: float = 1.0, **kwargs: object) -> None:
         super().__init__(**kwargs)
-        self.memory = MemoryLSTMCell(self.step_channels, self.hidden_size, forget_bias)
+        self.memory = MemoryLSTMCell(self.step_channels, self.hidden_size, forget_bias, zero_bias=self.code == "keras")
+
+    def _cell_inputs(self, hidden_size: int) -> int:
+        return hidden_size if self.code == "keras" else self.step_channels  # Keras: the LSTM's output
 
     def _make_cell(self, backbone: Backbone, hidden_size: int, init_gain: float) -> nn.Module:
-        return CfCCell(backbone, hidden_size, no_gate=False, init_gain=init_gain)
+        return CfCCell(backbone, hidden_size, no_gate=False, init_gain=init_gain, code=self.code)
 
     def _project_inputs(self, x: torch.Tensor) -> list[torch.Tensor]:
+        if self.code == "keras":  # the CfC's input is known only step by step
+            return [self.memory.project_inputs(x)]  # (B, L, 4H)
         return [self.cell.project_inputs(x), self.memory.project_inputs(x)]  # (B, L, U), (B, L, 4H)
 
     def _run(self, parts: list[tuple[torch.Tensor, ...]], dt: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
-        x_part, lstm_part = parts
-        h = x_part[0].new_zeros(x_part[0].shape[0], self.hidden_size)  # (B, H)
+        lstm_part = parts[-1]
+        h = lstm_part[0].new_zeros(lstm_part[0].shape[0], self.hidden_size)  # (B, H)
         c = torch.zeros_like(h)  # LSTM memory (B, H)
         states = []
-        for x_t, lstm_t, dt_t in zip(x_part, lstm_part, dt):
+        for i, (lstm_t, dt_t) in enumerate(zip(lstm_part, dt)):
             h_lstm, c = self.memory(lstm_t, h, c)
-            h = self.cell(x_t, h_lstm, dt_t)
+            if self.code == "keras":
+                h = self.cell(self.cell.project_inputs(h_lstm), h, dt_t)
+            else:
+                h = self.cell(parts[0][i], h_lstm, dt_t)
             states.append(h)
         return states
 
