@@ -109,6 +109,34 @@ def test_ode_lstm_step_is_lstm_then_ode_on_the_output_state() -> None:
     torch.testing.assert_close(model(**batch), torch.stack(expected, dim=1))
 
 
+def test_keras_ode_lstm_drives_its_own_ct_rnn_state_with_the_lstm_output() -> None:
+    """mlech26l/ode-lstms node_cell.py ODELSTM with 4 Euler steps: (c, u) = LSTM(x, (c, z)) with the
+    forget gate + 3 and zero biases; z += dt/4 * (scale * tanh(W_in u + W_rec z + b) - z), 4 times."""
+    torch.manual_seed(0)
+    model = ODELSTM(input_channels=C, output_size=O, per_step=True, hidden_size=H, method="euler", solver_steps=4,
+                    forget_bias=3.0, code="keras")
+    cell, ode = model.cell, model.field
+    assert torch.count_nonzero(cell.bias_hh) == 0 and torch.count_nonzero(model.readout.bias) == 0
+    assert torch.count_nonzero(cell.bias_ih) == H and torch.all(cell.bias_ih[H:2 * H] == 3.0)
+    with torch.no_grad():  # away from the start (scale 1, zero bias) to see every term
+        ode.scale.copy_(torch.tensor([0.5, 1.5, 2.0]))
+        ode.input_map.bias.copy_(torch.tensor([0.1, -0.2, 0.3]))
+    batch = raw_batch()
+    z, c, expected = torch.zeros(2, H), torch.zeros(2, H), []
+    for k in range(3):
+        u, c_new = lstm_step(batch["x"][:, k], z, c, cell.weight_ih, cell.weight_hh, cell.bias_ih + cell.bias_hh)
+        z_new = z
+        for _ in range(4):
+            drive = u @ ode.input_map.weight.T + ode.input_map.bias + z_new @ ode.recurrent_map.weight.T
+            z_new = z_new + batch["dt"][:, k, None] / 4 * (ode.scale * torch.tanh(drive) - z_new)
+        keep = batch["mask"][:, k, None]
+        z, c = torch.where(keep, z_new, z), torch.where(keep, c_new, c)
+        expected.append(z @ model.readout.weight.T + model.readout.bias)
+    torch.testing.assert_close(model(**batch), torch.stack(expected, dim=1))
+    with pytest.raises(ValueError, match=r"unknown code 'tf'; valid: \['torch', 'keras'\]"):
+        ODELSTM(input_channels=C, output_size=O, code="tf")
+
+
 def test_ode_lstm_dopri5_runs_and_forget_bias_is_set() -> None:
     model = ODELSTM(input_channels=C, output_size=O, hidden_size=H, method="dopri5", forget_bias=3.0)
     forget = slice(H, 2 * H)
