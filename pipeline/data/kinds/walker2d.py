@@ -162,5 +162,4 @@ def build(name: str, p: Walker2dParams, raw_dir: Path) -> Dataset:
 def unscaled(splits: dict[str, Split]) -> tuple[dict[str, Split], np.ndarray, np.ndarray]:
     """The splits as they are, with the identity's (centre 0, scale 1) for meta.json's norm_mean
     and norm_std, so serving scales a request's inputs the same way (not at all)."""
-    ones = np.ones(STATE_DIM, np.float32)
-    return splits, np.zeros(STATE_DIM, np.float32), ones
+    return splits, np.zeros(STATE_DIM, np.float32), np.ones(STATE_DIM, np.float32)

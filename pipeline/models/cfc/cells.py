@@ -105,12 +105,12 @@ class Backbone(nn.Module):
         with torch.no_grad():
             self.input_map.weight.copy_(first[:, : self.input_map.in_features])
             self.recurrent_map.weight.copy_(first[:, self.input_map.in_features :])
-        for module in [self.input_map, *self.deeper]:
-            if isinstance(module, nn.Linear):
-                if module is not self.input_map:
-                    _xavier_(module.weight, gain)
-                if zero_bias:
-                    nn.init.zeros_(module.bias)
+        deeper = [m for m in self.deeper if isinstance(m, nn.Linear)]
+        for module in deeper:
+            _xavier_(module.weight, gain)
+        if zero_bias:
+            for module in [self.input_map, *deeper]:
+                nn.init.zeros_(module.bias)
 
     def project_inputs(self, x: torch.Tensor) -> torch.Tensor:
         """(..., C) -> (..., units): the input part of the first layer, bias included."""
@@ -227,7 +227,10 @@ class MemoryLSTMCell(nn.Module):
         self.recurrent_map = nn.Linear(hidden_size, 4 * hidden_size, bias=False)
         with torch.no_grad():
             nn.init.xavier_uniform_(self.input_map.weight)
-            nn.init.uniform_(self.input_map.bias, 0.0 if zero_bias else -0.1, 0.0 if zero_bias else 0.1)
+            if zero_bias:
+                nn.init.zeros_(self.input_map.bias)
+            else:
+                nn.init.uniform_(self.input_map.bias, -0.1, 0.1)
             nn.init.orthogonal_(self.recurrent_map.weight)
 
     def project_inputs(self, x: torch.Tensor) -> torch.Tensor:
