@@ -273,6 +273,35 @@ def test_a_final_unit_s_patience_and_a_seed_s_epochs_without_progress_are_read_b
     assert unit.patience == 4 and [(w.label, w.epochs, w.stale) for w in unit.work] == [(0, 3, 2)]
 
 
+def test_a_seed_ray_started_again_counts_once_at_its_latest_attempt(tmp_path: Path) -> None:
+    import time
+
+    client, _, exp = _store(tmp_path)
+    started = time.time()
+    parent = tracking.start_run(client, exp, "final/cfc", {"stage": "final", "family": "cfc", "dataset": "xor"})
+    mark_parent(client, parent, started, total=3, max_epochs=10, mode="max")
+
+    def seed(n: int, epoch: int) -> str:
+        run = tracking.start_run(client, exp, f"seed-{n}/final/cfc", {"stage": "final", "family": "cfc",
+                                                                       "dataset": "xor", "seed": n,
+                                                                       "search_repeat": 0}, parent_run_id=parent)
+        tracking.log_metrics(client, run, {"epoch": epoch, "epoch_seconds": 0.5}, step=epoch)
+        time.sleep(0.01)  # distinct start times
+        return run
+
+    abandoned = seed(0, 7)  # its worker died: the run stays RUNNING, Ray runs the seed again
+    seed(0, 2)
+    seed(1, 4)
+    snap = snapshot(client, [exp], FINAL, since=started)
+    assert snap is not None
+    [unit] = snap.units
+    assert [(w.label, w.state, w.epochs) for w in unit.work] == [(0, RUNNING, 2), (1, RUNNING, 4)]
+    assert len(unit.running) == 2
+    tracking.finish(client, abandoned)  # a finished earlier run is a result, not superseded: never dropped
+    [unit] = snapshot(client, [exp], FINAL, since=started).units
+    assert sorted((w.label, w.state) for w in unit.work) == [(0, DONE), (0, RUNNING), (1, RUNNING)]
+
+
 def test_status_from_another_terminal_shows_a_live_run_and_skips_a_dead_driver(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import time

@@ -33,6 +33,7 @@ PATIENCE = "progress_patience"  # a final unit's early-stopping patience
 STALE = "stale_epochs"  # a trial's or seed's epochs since its last progress, logged each epoch
 ENDED_TAG = "progress_ended"  # a search trial's end as Tune saw it: DONE, STOPPED or FAILED
 BEST = "best_val_metric"
+REPEAT = "search_repeat"  # a final seed's search repeat (pipeline.final.resume.REPEAT_TAG)
 STAGES = (SEARCH, FINAL)  # the stages that show progress
 
 
@@ -109,9 +110,28 @@ def work_of(run: Any, stage: str, started: float) -> Work | None:
                 m.get("epoch_seconds"), best, run.info.start_time / 1000, stale)
 
 
+def superseded(children: Iterable[Any]) -> set[str]:
+    """Run ids of a final stage's seeds that Ray started again: when a seed's worker or node dies,
+    its MLflow run stays RUNNING for good while Ray retries the task under a new run of the same
+    seed (`seed`, `search_repeat` and `lr_factor` tags), so every run of a seed but its latest
+    start is an abandoned attempt, not work in progress."""
+    latest: dict[tuple[str, str, str], Any] = {}
+    runs = list(children)
+    for run in runs:
+        key = tuple(run.data.tags.get(t, "") for t in ("seed", REPEAT, "lr_factor"))
+        if key not in latest or run.info.start_time > latest[key].info.start_time:
+            latest[key] = run
+    kept = {run.info.run_id for run in latest.values()}
+    return {run.info.run_id for run in runs if run.info.run_id not in kept and run.info.status == "RUNNING"}
+
+
 def unit_of(parent: Any, children: Iterable[Any], stage: str) -> Unit:
     tags = parent.data.tags
     started = float(tags[STARTED])
+    children = list(children)
+    if stage == FINAL:
+        gone = superseded(children)
+        children = [r for r in children if r.info.run_id not in gone]
     work = [w for w in (work_of(r, stage, started) for r in children) if w is not None]
     work += [Work(-1, DONE)] * int(tags.get(KEPT, "0"))  # seeds an earlier attempt finished (kept, not run again)
     work.sort(key=lambda w: w.label)
