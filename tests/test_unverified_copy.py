@@ -149,6 +149,32 @@ def test_files_without_a_publisher_checksum_keep_trust_on_first_use(tmp_path: Pa
     assert "unverified" not in _entry(lock, f)
 
 
+def test_a_copy_without_a_publisher_checksum_is_marked_when_the_user_says_so(tmp_path: Path, capsys) -> None:
+    # Walker2d's case: the publisher gives no checksum, and the user's copy is a rebuilt zip of the
+    # authors' files. Nothing refuses it, but with the user's word it must not pass as the publisher's.
+    f, lock, raw = RawFile("https://example.org/n.zip", "n.zip"), tmp_path / "raw.lock", tmp_path / "raw"
+    data = _zip(10)
+    source = _mirror(tmp_path / "copy", {"n.zip": data})
+    assert fetch([f], raw, lock, source=source, allow_unverified=True)["n.zip"].read_bytes() == data
+    entry = _entry(lock, f)
+    assert entry["unverified"] == "the publisher lists no checksum for n.zip; a mirror's copy"
+    assert entry["sha256"] == hashlib.sha256(data).hexdigest() and entry["first_from"] == f"{source}/n.zip"
+    capsys.readouterr()
+    fetch([f], raw, lock, source=source)  # later runs need no option, and the mark stays
+    assert _entry(lock, f)["unverified"] == entry["unverified"]
+    # a copy already in place, first recorded now, is marked the same way
+    lock2 = tmp_path / "raw2.lock"
+    fetch([f], raw, lock2, source=source, allow_unverified=True)
+    assert _entry(lock2, f)["unverified"] == entry["unverified"]
+
+
+def test_the_option_leaves_files_from_the_publishers_own_url_unmarked(http_server, tmp_path: Path) -> None:
+    (http_server.root / "n.zip").write_bytes(_zip(10))
+    f, lock = RawFile(http_server.url + "n.zip", "n.zip"), tmp_path / "raw.lock"
+    fetch([f], tmp_path / "raw", lock, allow_unverified=True)
+    assert "unverified" not in _entry(lock, f)
+
+
 def test_the_publishers_own_url_keeps_trust_on_first_use(http_server, tmp_path: Path, capsys) -> None:
     # No mirror: the file comes from its canonical URL, whose list cannot be read (as when PhysioNet's
     # SHA256SUMS.txt is unreachable). As before: a warning, and the checksum recorded on first use.

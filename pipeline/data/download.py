@@ -22,9 +22,11 @@ refused with one line naming `--unverified-copy`. With it (or CTSWEEP_UNVERIFIED
 `dvc repro`) the copy is used and its lock entry is marked `unverified` with the reason; prepare
 carries the mark into the dataset's provenance (meta.json) and from there into every run and
 result made from it. The mark lives in the lock file, so later fetches need no option to use the
-same copy again; a fetch that verifies a file for the same URL drops it. Files without any
-publisher checksum, and files fetched from the publisher's own URL, are trusted as described
-above, as before.
+same copy again; a fetch that verifies a file for the same URL drops it. Files fetched from the
+publisher's own URL, and a mirror's files that have no publisher checksum, are trusted as described
+above; a mirror's file without one that the user fetches with `--unverified-copy` (the mirror does
+not hold the publisher's bytes: a rebuilt archive) is marked as well, with the reason that nothing
+can check it.
 """
 
 from __future__ import annotations
@@ -158,6 +160,7 @@ class _Check:
     guarded: bool  # from a mirror and published with a checksum: unverifiable only with the user's word
     accepted: dict | None  # the lock entry of a copy the user accepted unverified earlier
     allow: bool  # the user accepts an unverifiable copy (--unverified-copy)
+    unchecked: str | None = None  # why a mirror's copy the user accepts is marked though nothing refuses it
 
 
 def _check_for(file: RawFile, entry: dict | None, published: Published, source: str | None, allow: bool) -> _Check:
@@ -172,7 +175,11 @@ def _check_for(file: RawFile, entry: dict | None, published: Published, source: 
     if published.error and not guarded:
         print(f"ctsweep: warning: {published.where} ({published.error}); using {file.filename}'s recorded checksum"
               f"{'' if recorded else ' (none yet: trusted on first use)'}", file=sys.stderr)
-    return _Check(recorded, False, published.where, guarded, accepted, allow)
+    # A mirror's copy of a file the publisher gives no checksum for is trusted on first use, as the
+    # mirror is taken to hold the publisher's bytes; with the user's word that it may not (a rebuilt
+    # archive), it is marked as a guarded copy would be, so every result made from it says so.
+    unchecked = f"{published.where}; a mirror's copy" if source and allow and not guarded else None
+    return _Check(recorded, False, published.where, guarded, accepted, allow, unchecked)
 
 
 def _verify(part: Path, file: RawFile, check: _Check, origin: str,
@@ -182,7 +189,7 @@ def _verify(part: Path, file: RawFile, check: _Check, origin: str,
     digest = sha256_of(part)
     if check.expected and digest == check.expected:
         check_integrity(part, file.filename)
-        return digest, None, None
+        return digest, None if check.from_publisher else check.unchecked, None
     if check.accepted is not None and digest == check.accepted["sha256"]:
         check_integrity(part, file.filename)  # the very copy accepted before: it needs no option again
         return digest, check.accepted[UNVERIFIED], check.accepted.get(PUBLISHER_SHA256)
@@ -190,7 +197,7 @@ def _verify(part: Path, file: RawFile, check: _Check, origin: str,
         raise DownloadError(f"{file.filename}: sha256 {digest} does not match the expected {check.expected}")
     if not check.guarded:  # nothing to check it against: trust on first use
         check_integrity(part, file.filename)
-        return digest, None, None
+        return digest, check.unchecked, None
     why = (f"sha256 differs from the publisher's {check.expected} ({check.where})" if check.expected
            else check.where)
     check_integrity(part, file.filename)  # a copy that does not read to its end is corrupt, accepted or not
@@ -299,7 +306,8 @@ def _fetch_one(file: RawFile, raw_dir: Path, lock_path: Path, source: str | None
             if not verified:
                 check_integrity(dest, file.filename)
             if entry is None or UNVERIFIED in entry:  # a verified entry of another file stays (as before)
-                record(file.url, file.filename, digest, dest.stat().st_size, str(dest), lock_path)
+                record(file.url, file.filename, digest, dest.stat().st_size, str(dest), lock_path,
+                       None if verified and check.from_publisher else check.unchecked)
             return dest
         # A stale, corrupt or unverifiable copy: fetch again; it is replaced only by a file that passes.
     origin = _sibling_copy(file, raw_dir, check.expected) or _origin(file, source)
