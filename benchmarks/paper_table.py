@@ -14,7 +14,9 @@ column), the paper's mean ± std, the difference, and the verdict:
     not run      no record of ours: the reason given with --not-run, else "not in the run"
 
 A figure of another model filed under the family's name (`other_model`) or of a variant our
-configuration does not have (`config`) gets no verdict: it says which. Under the table: the data
+configuration does not have (`config`) gets no verdict: it says which. A family whose output at a
+step reads later steps (the record's `reads_later_steps`, the report's not-causal mark) has that
+said beside its verdict. Under the table: the data
 provenance each record carries, and each row's seeds, epochs and wall time per seed. Writes
 paper_table.md and paper_table.json to --out and prints the Markdown.
 """
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.data.provenance import DATA_PROVENANCE
+from pipeline.reporting.marks import not_causal
 from pipeline.reporting.numbers import fmt, signed
 from pipeline.reporting.paper_column import mean_interval, split_figures
 from pipeline.reporting.references import Figure, load_references
@@ -69,6 +72,8 @@ def row(figure: Figure, record: dict[str, Any] | None, reason: str | None) -> di
         return {**out, "verdict": NOT_RUN, "reason": reason or ("not in the run" if record is None
                                                                    else f"{len(scores)} seed(s) scored")}
     found, interval = verdict(scores, paper, record.get("mode", "max"))
+    if (mark := not_causal(record)) is not None:  # a score that reads later steps: its verdict says so
+        found = f"{found}; {mark.detail}"
     seeds = record.get("seeds", [])
     walls = [s["seconds_per_epoch"] * s.get("epochs_trained", record.get("epochs", 0)) for s in seeds
              if s.get("seconds_per_epoch")]

@@ -57,3 +57,18 @@ def test_the_table_gives_every_row_of_the_paper_a_verdict_or_a_reason(tmp_path: 
     assert json.loads((tmp_path / "out" / "paper_table.json").read_text())["source"] == "cfc2021"
     with pytest.raises(SystemExit, match="no source 'nope'"):
         paper_table.main(["--root", str(tmp_path), "--source", "nope", "--dataset", "walker2d"])
+
+
+def test_a_row_that_reads_later_steps_says_so_beside_its_verdict(tmp_path: Path) -> None:
+    # CDR-NDE-heat's Laplacian reads the next step, whose input is this step's target on Walker2d:
+    # a "better" there is no evidence for the paper's claim, and the table must not say it bare.
+    shutil.copy(ROOT / "references.yaml", tmp_path / "references.yaml")
+    _record(tmp_path, "cdr_nde_heat", [0.266, 0.2664, 0.2662], {"method": "euler"})
+    _record(tmp_path, "cdr_nde", [0.93, 0.94, 0.935], {"method": "euler"})
+    path = tmp_path / "results" / "walker2d" / "final" / "cdr_nde_heat.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "reads_later_steps": "the heat Laplacian"}))
+    report = paper_table.main(["--root", str(tmp_path), "--source", "anumasa_cdrnde", "--dataset", "walker2d"])
+    euler = [r for r in report["rows"] if r["family"] == "cdr_nde_heat" and "mean" in r]
+    assert [r["paper_mean"] for r in euler] == [0.54]  # the Dopri5 row (0.49) is another configuration
+    assert euler[0]["verdict"] == f"{BETTER}; reads later steps: not comparable on next-step prediction (the heat Laplacian)"
+    assert [r["verdict"] for r in report["rows"] if r["family"] == "cdr_nde"] == [BETTER]
