@@ -232,6 +232,28 @@ def test_lstm_dt_is_an_lstm_on_values_and_elapsed_time() -> None:
     torch.testing.assert_close(model(**batch), torch.stack(expected, dim=1))
 
 
+def test_keras_lstm_dt_starts_from_the_authors_initial_weights() -> None:
+    """node_cell.py LSTMCell: Glorot-uniform input kernel (limit sqrt(6 / (C + 1 + 4H))), orthogonal
+    recurrent kernel, zero biases but the forget gate's +1; Keras' Dense read-out: Glorot, zero bias."""
+    hidden = 16
+    torch.manual_seed(0)
+    model = AugmentedLSTM(input_channels=C, output_size=O, hidden_size=hidden, code="keras")
+    lstm = model.lstm
+    limit = (6 / (C + 1 + 4 * hidden)) ** 0.5
+    assert lstm.weight_ih_l0.abs().max() <= limit and lstm.weight_ih_l0.abs().max() > 0.8 * limit
+    # (4H, H) with orthonormal columns: Keras' (H, 4H) kernel with orthonormal rows, transposed
+    torch.testing.assert_close(lstm.weight_hh_l0.T @ lstm.weight_hh_l0, torch.eye(hidden), atol=1e-5, rtol=0)
+    bias = lstm.bias_ih_l0 + lstm.bias_hh_l0
+    assert torch.all(bias[hidden:2 * hidden] == 1.0) and torch.count_nonzero(bias) == hidden
+    assert torch.count_nonzero(model.readout.bias) == 0
+    assert model.readout.weight.abs().max() <= (6 / (hidden + O)) ** 0.5
+    torch.manual_seed(0)  # the default's weights are PyTorch's, drawn as before
+    default = AugmentedLSTM(input_channels=C, output_size=O, hidden_size=hidden)
+    assert torch.count_nonzero(default.lstm.bias_hh_l0) > hidden and not torch.equal(default.lstm.weight_hh_l0, lstm.weight_hh_l0)
+    with pytest.raises(ValueError, match=r"unknown code 'tf'; valid: \['torch', 'keras'\]"):
+        AugmentedLSTM(input_channels=C, output_size=O, code="tf")
+
+
 def test_lstm_dt_rejects_a_mask_with_a_gap() -> None:
     batch = raw_batch()
     batch["mask"] = torch.tensor([[True, False, True], [True, True, False]])

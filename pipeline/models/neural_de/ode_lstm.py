@@ -31,7 +31,7 @@ from torch import nn
 from pipeline.models.blocks.cde import solver_kwargs
 from pipeline.models.base import SequenceModel, check_raw_inputs
 from pipeline.models.neural_de.ct_rnn import check_solver_steps
-from pipeline.models.discrete.lstm_dt import init_forget_bias
+from pipeline.models.discrete.lstm_dt import CODES, init_forget_bias, keras_init
 
 
 class _ElapsedField(nn.Module):
@@ -74,9 +74,6 @@ class _DrivenField(nn.Module):
         return self.dt * (self.ctrnn.scale * torch.tanh(self.drive + self.ctrnn.recurrent_map(z)) - z)
 
 
-CODES = ("torch", "keras")
-
-
 class ODELSTM(SequenceModel):
     """forward(x (B, L, C), dt (B, L), mask (B, L)) -> (B, O), or (B, L, O) with per_step.
 
@@ -113,13 +110,7 @@ class ODELSTM(SequenceModel):
         self.cell = nn.LSTMCell(input_channels, hidden_size)
         self.readout = nn.Linear(hidden_size, output_size)
         if code == "keras":  # Keras' initialisers: glorot / orthogonal kernels, zero biases
-            with torch.no_grad():
-                nn.init.xavier_uniform_(self.cell.weight_ih)
-                nn.init.orthogonal_(self.cell.weight_hh)
-                nn.init.zeros_(self.cell.bias_ih)
-                nn.init.zeros_(self.cell.bias_hh)
-                nn.init.xavier_uniform_(self.readout.weight)
-                nn.init.zeros_(self.readout.bias)
+            keras_init(self.cell, self.readout)
             self.field: nn.Module = _CTRNN(hidden_size)
         else:
             self.field = nn.Sequential(
