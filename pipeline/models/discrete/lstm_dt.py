@@ -84,11 +84,10 @@ class AugmentedLSTM(SequenceModel):
             raise ValueError(f"unknown code {code!r}; valid: {list(CODES)}")
         self.hidden_size, self.code = hidden_size, code
         self.lstm = nn.LSTM(input_channels + 1, hidden_size, batch_first=True)
-        init_forget_bias(self.lstm, forget_bias)
         self.readout = nn.Linear(hidden_size, output_size)
         if code == "keras":  # after the torch draws, so that the default's weights stay what they were
             keras_init(self.lstm, self.readout)
-            init_forget_bias(self.lstm, forget_bias)
+        init_forget_bias(self.lstm, forget_bias)
 
     def forward(self, x: torch.Tensor, dt: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         check_raw_inputs(x, dt, mask, self.input_channels)
