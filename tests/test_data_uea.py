@@ -304,7 +304,7 @@ def test_japanese_vowels_from_aeon_without_download(tmp_path, http_server) -> No
 
 def test_japanese_vowels_drop30_keeps_the_contract(tmp_path, http_server) -> None:
     d = run_prepare(tmp_path, http_server, "jv30", UeaParams(kind="uea", drop_fraction=0.3, seed=3))
-    assert sorted(p.name for p in d.folder.iterdir()) == ["meta.json", "test.npz", "train.npz", "val.npz"]
+    assert sorted(p.name for p in d.folder.iterdir()) == ["digest.json", "meta.json", "test.npz", "train.npz", "val.npz"]
     test = d.splits["test"]
     assert test.mask.sum(axis=1).max() < 29 and d.meta.metric == "accuracy" and d.meta.mode == "max"
 

@@ -7,6 +7,7 @@
     raw_note.py   data/raw/<dataset>/SOURCE.txt for a dataset with nothing to download (aeon's copies)
     provenance.py the data's provenance note (unverified copy, missing records) in meta.json, tags, records
     contract.py   data/processed/<dataset>/: the splits (x, t, mask, y) and meta.json, checked
+    identity.py   the processed dataset's fingerprint from its arrays' content (digest.json), reproducible .npz
     inputs.py     model inputs (spline coefficients, log-signatures) built once per split
     kinds/        one module per dataset `kind` of params.yaml (uea, physionet2012, local, ...)
 

@@ -9,6 +9,8 @@
         meta.json                      task, metric, output size, channels, normalisation, sizes;
                                        provenance, only where the data falls short of the
                                        publisher's (unverified copy, missing records: provenance.py)
+        digest.json                    each split's arrays' sha256: the dataset's identity
+                                       (identity.py; the same data prepared again, the same bytes)
         inputs/                        optional: model inputs precomputed in prepare (inputs.py)
 
 Static features (age, ICU unit, ...) are the last channels of x, listed in meta.static_channels,
@@ -34,6 +36,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from pipeline.data.identity import DIGEST_FILE, arrays_digest, digest_json, write_npz
 from pipeline.runtime.interrupts import deferred
 from pipeline.stores.files import corrupt, new_mode, read_json
 from pipeline.stores.schema import NUMBER, ListOf, MapOf, problem
@@ -177,9 +180,13 @@ def save_dataset(folder: Path, dataset: Dataset, extra: Callable[[Path], None] |
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
+        digests = {}
         for name, split in dataset.splits.items():
-            np.savez_compressed(tmp / f"{name}.npz", x=split.x, t=split.t, mask=split.mask, y=split.y)
+            arrays = {k: getattr(split, k) for k in ARRAYS}
+            write_npz(tmp / f"{name}.npz", arrays)
+            digests[name] = arrays_digest(arrays)
         (tmp / "meta.json").write_text(meta_json(dataset.meta))
+        (tmp / DIGEST_FILE).write_text(digest_json(digests))
         if extra is not None:
             extra(tmp)
         tmp.chmod(new_mode(folder=True))  # mkdtemp's 0700 would hide the dataset from other users

@@ -8,14 +8,13 @@ and on the few model arguments it lists in `input_arguments`, so those name the 
     data/processed/<dataset>/inputs/<key>/<split>.pt   written by prepare (`precompute` in
                                                       params.yaml), versioned with the dataset
     data/cache/<dataset>/<fingerprint>/<key>/<split>.pt  written by the first trial that needs
-                                                      it; fingerprint = the processed files' hash
+                                                      it; fingerprint: identity.py
 
 key = "<representation>[-<arg>=<value>...]", for example "logsig-logsig_depth=2-logsig_step=4".
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipeline.data.contract import SPLITS, Split
+from pipeline.data.contract import Split
+from pipeline.data.identity import fingerprint
 from pipeline.errors import ConfigError
 from pipeline.models import SequenceModel, get_model_class
 from pipeline.models.base import model_arguments
@@ -50,15 +50,6 @@ def _save(tensors: dict[str, torch.Tensor], path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     torch.save(tensors, tmp)
     os.replace(tmp, path)
-
-
-def fingerprint(folder: Path) -> str:
-    """Hash of the processed dataset's files (content of meta.json, size and mtime of the rest)."""
-    digest = hashlib.sha256((folder / "meta.json").read_bytes())
-    for name in SPLITS:
-        stat = (folder / f"{name}.npz").stat()
-        digest.update(f"{name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    return digest.hexdigest()[:16]
 
 
 def cache_dir(folder: Path) -> Path:

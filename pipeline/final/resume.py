@@ -23,7 +23,7 @@ import torch
 from pipeline.runtime import machine
 from pipeline.stores import tracking
 from pipeline.config import FinalParams
-from pipeline.data.inputs import fingerprint as data_fingerprint
+from pipeline.data.identity import fingerprint as data_fingerprint
 from pipeline.sweep import run_lookup
 
 COMPLETE_TAG = "final_complete"

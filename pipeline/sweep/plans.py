@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import Resources, SearchParams
-from pipeline.data.inputs import fingerprint as data_fingerprint
+from pipeline.data.identity import fingerprint as data_fingerprint
 from pipeline.models import get_model_class
 from pipeline.models import user as user_families
 from pipeline.models.blocks.embedding import check_token_family
