@@ -1,7 +1,7 @@
 """A paper's table beside ours, one verdict per row, from a project's final-stage records.
 
     .venv/bin/python -m benchmarks.paper_table --root PROJECT --source cfc2021 --dataset walker2d \
-        [--not-run "ltc=13.8 core-hours for 3 seeds on one core"] [--out DIR]
+        [--not-run "ltc=13.8 core-hours for 3 seeds on one core"] [--row-from lstm_dt=OTHER] [--out DIR]
 
 For every figure `references.yaml` holds for the source and dataset: our seeds' test scores
 (results/<dataset>/final/<family>.json), their mean ± sample standard deviation, the 95 %
@@ -16,7 +16,9 @@ column), the paper's mean ± std, the difference, and the verdict:
 A figure of another model filed under the family's name (`other_model`) or of a variant our
 configuration does not have (`config`) gets no verdict: it says which. A family whose output at a
 step reads later steps (the record's `reads_later_steps`, the report's not-causal mark) has that
-said beside its verdict. Under the table: the data
+said beside its verdict. `--row-from FAMILY=PROJECT` reads one family's record from another
+project (a row run again on its own, at other epochs say); the row and the list under the table
+name that project. Under the table: the data
 provenance each record carries, and each row's seeds, epochs and wall time per seed. Writes
 paper_table.md and paper_table.json to --out and prints the Markdown.
 """
@@ -83,14 +85,24 @@ def row(figure: Figure, record: dict[str, Any] | None, reason: str | None) -> di
             "provenance": record.get(DATA_PROVENANCE, "")}
 
 
-def table(root: Path, source: str, dataset: str, reasons: dict[str, str]) -> dict[str, Any]:
+def table(root: Path, source: str, dataset: str, reasons: dict[str, str],
+          elsewhere: dict[str, Path] | None = None) -> dict[str, Any]:
+    """Every figure of `source` on `dataset` as a row; a family in `elsewhere` read from that project."""
+    elsewhere = elsewhere or {}
     refs = load_references(root)
     if source not in refs.sources:
         raise SystemExit(f"references.yaml: no source {source!r} (sources: {', '.join(sorted(refs.sources))})")
     figures = [f for f in refs.figures if f.source == source and f.dataset == dataset]
     if not figures:
         raise SystemExit(f"references.yaml: source {source!r} has no figure on dataset {dataset!r}")
-    rows = [row(f, _record(root, dataset, f.family), reasons.get(f.family)) for f in figures]
+    unknown = sorted(set(elsewhere) - {f.family for f in figures})
+    if unknown:
+        raise SystemExit(f"--row-from: {unknown} have no figure of {source!r} on {dataset!r}")
+    rows = []
+    for f in figures:
+        project = elsewhere.get(f.family, root)
+        found = row(f, _record(project, dataset, f.family), reasons.get(f.family))
+        rows.append({**found, "root": str(project)} if f.family in elsewhere else found)
     return {"root": str(root), "source": source, "citation": refs.sources[source].citation, "dataset": dataset,
             "rows": rows}
 
@@ -116,7 +128,7 @@ def render(report: dict[str, Any]) -> str:
     if ran:
         lines += [""] + [f"- {r['family']}: seeds {', '.join(f'{s:.4g}' for s in r['scores'])}; {r['epochs']} "
                          f"epochs; training {', '.join(str(w) for w in r['train_s_per_seed'])} s per seed"
-                         for r in ran]
+                         + (f"; run in {r['root']}" if "root" in r else "") for r in ran]
     return "\n".join(lines) + "\n"
 
 
@@ -127,15 +139,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--dataset", required=True)
     ap.add_argument("--not-run", action="append", default=[], metavar="FAMILY=REASON",
                     help="why a row has no run of ours")
+    ap.add_argument("--row-from", action="append", default=[], metavar="FAMILY=PROJECT",
+                    help="read this family's record from another project's results/")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    reasons = {}
-    for item in args.not_run:
-        family, sep, reason = item.partition("=")
-        if not sep or not family or not reason:
-            ap.error(f"--not-run {item!r}: expected FAMILY=REASON")
-        reasons[family] = reason
-    report = table(args.root.resolve(), args.source, args.dataset, reasons)
+    reasons = _pairs(ap, "--not-run", args.not_run, "REASON")
+    elsewhere = {family: Path(path).resolve() for family, path in _pairs(ap, "--row-from", args.row_from, "PROJECT").items()}
+    report = table(args.root.resolve(), args.source, args.dataset, reasons, elsewhere)
     text = render(report)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -143,6 +153,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         (args.out / "paper_table.md").write_text(text)
     print(text)
     return report
+
+
+def _pairs(ap: argparse.ArgumentParser, option: str, items: list[str], what: str) -> dict[str, str]:
+    """["FAMILY=VALUE", ...] -> {FAMILY: VALUE}; a malformed item stops the command, naming it."""
+    pairs = {}
+    for item in items:
+        family, sep, value = item.partition("=")
+        if not sep or not family or not value:
+            ap.error(f"{option} {item!r}: expected FAMILY={what}")
+        pairs[family] = value
+    return pairs
 
 
 if __name__ == "__main__":

@@ -72,3 +72,23 @@ def test_a_row_that_reads_later_steps_says_so_beside_its_verdict(tmp_path: Path)
     assert [r["paper_mean"] for r in euler] == [0.54]  # the Dopri5 row (0.49) is another configuration
     assert euler[0]["verdict"] == f"{BETTER}; reads later steps: not comparable on next-step prediction (the heat Laplacian)"
     assert [r["verdict"] for r in report["rows"] if r["family"] == "cdr_nde"] == [BETTER]
+
+
+def test_a_row_run_again_elsewhere_is_read_from_that_project_and_named(tmp_path: Path) -> None:
+    main, again = tmp_path / "main", tmp_path / "again"
+    for root in (main, again):
+        root.mkdir()
+        shutil.copy(ROOT / "references.yaml", root / "references.yaml")
+    _record(main, "lstm_dt", [1.132, 1.157, 1.158])  # the subset's 100 epochs: worse than 1.09
+    _record(again, "lstm_dt", [1.063, 1.088, 1.08])  # run again at the paper's 200
+    _record(main, "ode_lstm", [0.91, 0.95, 0.91])
+    args = ["--root", str(main), "--source", "anumasa_cdrnde", "--dataset", "walker2d"]
+    before = {r["family"]: r for r in paper_table.main(args)["rows"]}
+    report = paper_table.main([*args, "--row-from", f"lstm_dt={again}", "--out", str(tmp_path / "out")])
+    rows = {r["family"]: r for r in report["rows"]}
+    assert before["lstm_dt"]["verdict"] == WORSE and "root" not in before["lstm_dt"]
+    assert rows["lstm_dt"]["verdict"] == REPRODUCED and rows["lstm_dt"]["root"] == str(again.resolve())
+    assert rows["ode_lstm"] == before["ode_lstm"]  # every other row from --root
+    assert f"training 500, 500, 500 s per seed; run in {again.resolve()}" in (tmp_path / "out" / "paper_table.md").read_text()
+    with pytest.raises(SystemExit, match=r"--row-from: \['cfc'\] have no figure of 'anumasa_cdrnde'"):
+        paper_table.main([*args, "--row-from", f"cfc={again}"])
