@@ -247,6 +247,9 @@ def test_walker2d_rows_train_as_the_authors_scripts_did() -> None:
     assert cdr.search.fixed["ode_lstm"] == table2.search.fixed["ode_lstm"]
     assert cdr.search.fixed["lstm_dt"] == table2.search.fixed["lstm_dt"]
     assert cdr.final.epochs == 100 and table2.final.epochs == 200  # half, the x0.1 step still halfway
+    # but the cheap Augmented LSTM's, whose validation error still fell at epoch 100
+    assert {f: cdr.final.for_family(f).epochs for f in cdr.families} == {
+        "cdr_nde": 100, "cdr_nde_heat": 100, "ode_lstm": 100, "lstm_dt": 200}
     # the inputs as the authors' loaders feed them (Walker2dImitationData: no scaling)
     assert {p.prepare["walker2d"].scaling for p in (gpu, cpu, cdr, table2)} == {"raw"}
 
