@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.classical.choice import DTW, MINIROCKET, Choice, choose
+from pipeline.classical.choice import DTW, MINIROCKET, RIDGE, Choice, choose
 from pipeline.classical.fit import Fitted, fit_predict
 from pipeline.reporting.classical_reference import read_reference, reference_note, reference_rows
 from pipeline.cli import app
@@ -72,7 +72,7 @@ def test_data_no_aeon_classifier_takes_is_refused_with_the_reason() -> None:
     holes = _split([5, 5])
     holes.x[1, 2, 0] = np.nan  # an observed step with a channel missing
     assert "missing channel values" in choose(_meta(), ok, holes, ok)
-    assert "regression" in choose(_meta("regression"), ok, ok, ok)
+    assert "one target per series" in choose(_meta("regression"), ok, ok, ok)
     assert "per step" in choose(_meta(per_step=True), ok, ok, ok)
     assert isinstance(choose(_meta(), ok, ok, _split([5, 5], dt=0.25)), Choice)  # any interval, if equal
 
@@ -86,7 +86,7 @@ def test_a_failing_classifier_and_one_past_its_time_limit_are_reported_not_raise
     assert fit_predict(slow, seed=0, time_limit_s=0.2) == (
         "1-NN DTW exceeded its time limit of 0.2 s (`classical.time_limit_s`)")  # aeon's import alone takes longer
     fitted = fit_predict(slow, seed=0, time_limit_s=300)  # the nearest of the two is the all-zero series
-    assert isinstance(fitted, Fitted) and fitted.classes == [0, 1] and fitted.probabilities.tolist() == [[1.0, 0.0]]
+    assert isinstance(fitted, Fitted) and fitted.classes == [0, 1] and fitted.outputs.tolist() == [[1.0, 0.0]]
 
 
 def test_the_stage_writes_why_a_regression_dataset_has_no_reference(tmp_path: Path) -> None:
@@ -102,8 +102,72 @@ def test_the_stage_writes_why_a_regression_dataset_has_no_reference(tmp_path: Pa
     save_dataset(processed_dir(tmp_path, "toy"), Dataset(meta, {"train": split, "val": split, "test": split}))
     record = run(tmp_path, "toy", ClassicalParams())
     assert json.loads(classical_result_path(tmp_path, "toy").read_text()) == record
-    assert (record["status"], record["reason"]) == ("not_applicable",
-                                                   "a regression task: the classical reference is a classifier")
+    assert (record["status"], record["reason"]) == ("not_applicable", (
+        "a regression task with one target per series: the classical reference covers classification "
+        "and per-step regression"))
+
+
+def _steps_split(rng: np.random.Generator, n: int, weights: np.ndarray, noise: float) -> Split:
+    """Per-step regression: y at a step = weights @ [x, dt] of that step + noise, 8 steps a series,
+    the 4th step of every other series missing (so its successor's dt is 2)."""
+    x = rng.normal(size=(n, 8, 2)).astype(np.float32)
+    mask = np.ones((n, 8), bool)
+    mask[::2, 3] = False
+    x[~mask] = np.nan
+    t = np.tile(np.arange(8, dtype=np.float32), (n, 1))
+    dt = np.zeros((n, 8), np.float32)
+    for i in range(n):
+        times = t[i][mask[i]]
+        dt[i][mask[i]] = np.diff(times, prepend=times[:1])
+    inputs = np.concatenate([np.nan_to_num(x), dt[..., None]], axis=-1)
+    y = (inputs @ weights.T + noise * rng.normal(size=(n, 8, 2))).astype(np.float32)
+    return Split(x=x, t=t, mask=mask, y=y)
+
+
+def test_per_step_regression_goes_to_the_one_step_ridge_with_the_time_since_the_last_step() -> None:
+    meta = Meta(name="toy", task="regression", per_step=True, output_size=2, metric="mse", channels=["a", "b"],
+                source="hand-made")
+    rng = np.random.default_rng(0)
+    weights = np.array([[1.0, 0.5, 2.0], [0.0, -1.0, 0.0]])
+    train, val, test = (_steps_split(rng, n, weights, 0.0) for n in (4, 2, 3))
+    choice = choose(meta, train, val, test)
+    assert isinstance(choice, Choice) and choice.classifier == RIDGE
+    observed = 4 * 8 - 2 + 2 * 8 - 1  # train, then validation: the missing steps left out
+    assert choice.train.shape == (observed, 3) and choice.y_train.shape == (observed, 2)
+    assert choice.train[:8, 2].tolist() == [0, 1, 1, 2, 1, 1, 1, 0]  # series 0's dt, then series 1's first
+    assert np.allclose(choice.train @ weights.T, choice.y_train, atol=1e-5)  # each step's target beside its inputs
+    assert choice.test.shape == (3 * 8 - 2, 3)
+    holes = _steps_split(rng, 2, weights, 0.0)
+    holes.x[1, 5, 0] = np.nan
+    assert choose(meta, train, val, holes) == ("missing channel values at observed steps: the one-step ridge "
+                                               "regression takes complete steps (the test split)")
+    assert "a label per step" in choose(_meta(per_step=True), train, val, test)
+
+
+def test_the_stage_fits_the_one_step_ridge_and_scores_it_as_the_trials_are(tmp_path: Path) -> None:
+    from pipeline.classical.stage import run, summary
+    from pipeline.config import ClassicalParams
+    from pipeline.data.contract import Dataset, save_dataset
+    from pipeline.stores.paths import processed_dir
+
+    meta = Meta(name="steps", task="regression", per_step=True, output_size=2, metric="mse", channels=["a", "b"],
+                source="hand-made")
+    rng = np.random.default_rng(1)
+    weights = np.array([[1.0, 0.5, 2.0], [0.0, -1.0, 0.0]])
+    splits = {name: _steps_split(rng, n, weights, 0.1) for name, n in (("train", 300), ("val", 50), ("test", 100))}
+    save_dataset(processed_dir(tmp_path, "steps"), Dataset(meta, splits))
+    record = run(tmp_path, "steps", ClassicalParams())
+    assert (record["status"], record["classifier"], record["unit"]) == ("ok", RIDGE, "steps")
+    assert record["library"].startswith("scikit-learn ") and record["metric"] == "mse"
+    assert (record["n_train"], record["n_test"]) == (350 * 8 - 175, 100 * 8 - 50)
+    test = splits["test"]
+    observed = test.mask
+    persistence = float(np.mean((np.nan_to_num(test.x) - test.y)[observed] ** 2))
+    assert 0.005 < record["test"] < 0.02 < persistence  # the noise's variance, 0.01, not the last value's error
+    assert summary(record).startswith("steps: one-step ridge regression (scikit-learn ")
+    note = reference_note(record, "steps", "mse")[0]
+    assert f"({record['n_train']:,} steps) on one core" in note
+    assert reference_rows(record, "mse", 4)[0].startswith("| *classical: one-step ridge regression (scikit-learn ")
 
 
 def test_the_report_reads_a_missing_or_broken_reference_as_one_line(tmp_path: Path) -> None:

@@ -1,10 +1,10 @@
-"""Train the chosen aeon classifier and predict the test split, in a child process with a time limit.
+"""Train the chosen classical model and predict the test split, in a child process with a time limit.
 
 The child runs on one core (aeon's n_jobs=1 for its numba kernels, threadpoolctl's limit of one
-thread for the BLAS under MiniRocket's ridge regression), so the training time it reports is a
+thread for the BLAS under MiniRocket's and the one-step model's ridge regressions), so the training time it reports is a
 one-core figure and the reference never takes a core from a search running beside it. A child that
 outlives the limit is killed: the reference is then "failed" with the reason, as is a classifier
-that raises. Its seed is fixed (MiniRocket's random kernels; 1-NN DTW draws nothing).
+that raises. Its seed is fixed (MiniRocket's random kernels; 1-NN DTW and ridge draw nothing).
 """
 
 from __future__ import annotations
@@ -20,16 +20,18 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.classical.choice import DTW, MINIROCKET, Choice
+from pipeline.classical.choice import DTW, MINIROCKET, RIDGE, RIDGE_ALPHAS, Choice
 
 
 @dataclass(frozen=True)
 class Fitted:
-    """What the child sends back: the training seconds and the test split's class probabilities,
-    (N, K) with the columns in the order of `classes` (the labels seen in training)."""
+    """What the child sends back: the training seconds and the test split's outputs: a classifier's
+    class probabilities, (N, K) with the columns in the order of `classes` (the labels seen in
+    training); the regressor's predictions, (S, O) for the test split's observed steps, `classes`
+    empty."""
 
     seconds: float
-    probabilities: np.ndarray
+    outputs: np.ndarray
     classes: list[int]
 
 
@@ -42,7 +44,11 @@ def _classifier(name: str, seed: int):
         from aeon.classification.distance_based import KNeighborsTimeSeriesClassifier
 
         return KNeighborsTimeSeriesClassifier(n_neighbors=1, distance="dtw", n_jobs=1)
-    raise ValueError(f"unknown classical classifier {name!r}; valid: {MINIROCKET}, {DTW}")
+    if name == RIDGE:
+        from sklearn.linear_model import RidgeCV
+
+        return RidgeCV(alphas=RIDGE_ALPHAS)
+    raise ValueError(f"unknown classical model {name!r}; valid: {MINIROCKET}, {DTW}, {RIDGE}")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -67,11 +73,15 @@ def _fit(choice: Choice, seed: int) -> Fitted | str:
         from threadpoolctl import threadpool_limits
 
         with threadpool_limits(limits=1):
-            _warm_up(choice, seed)
+            if choice.classifier != RIDGE:  # nothing compiled on first use there
+                _warm_up(choice, seed)
             model = _classifier(choice.classifier, seed)
             start = time.perf_counter()
             model.fit(choice.train, choice.y_train)
             seconds = time.perf_counter() - start
+            if choice.classifier == RIDGE:
+                predicted = np.asarray(model.predict(choice.test), dtype=np.float64)
+                return Fitted(seconds, predicted.reshape(len(predicted), -1), [])
             proba = np.asarray(model.predict_proba(choice.test), dtype=np.float64)
         return Fitted(seconds, proba, [int(c) for c in model.classes_])
     except Exception as exc:  # noqa: BLE001 -- any failure of the classifier is reported, not raised

@@ -72,7 +72,7 @@ def reference_note(ref: Reference, dataset: str, metric: str) -> list[str]:
         line = f"Classical reference scored in {ref['metric']}, not {metric}: not shown (`ctsweep classical {dataset}`)."
     else:
         line = (f"Classical reference (the *classical* row): {ref['classifier']} from {ref['library']}, trained on "
-                f"the training and validation splits ({ref['n_train']:,} series) on one core, seed {ref['seed']}, "
+                f"the training and validation splits ({ref['n_train']:,} {ref.get('unit', 'series')}) on one core, seed {ref['seed']}, "
                 "scored on the same test split as the families; a point of comparison, not ranked.")
     return [line, ""]
 

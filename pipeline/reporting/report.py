@@ -275,7 +275,7 @@ def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dic
              "Mean ± sample standard deviation over the final seeds. The best family per dataset (chosen on",
              "validation only) is in bold; every other family's test difference to it comes with the two-sided",
              "p-value of Welch's t-test on the per-seed test scores (* p < 0.05). Accuracy in %. The rows in",
-             "italics are trivial baselines, which ignore the inputs, and a classical classifier for",
+             "italics are trivial baselines, which ignore the inputs, and a classical model for",
              "reference, which is not ranked. Marks after a family's name",
              "(†, ‡, §, ¶, ↑, ∅) say where a result cannot be trusted; the footnotes under each table say why.", ""]
     cited: dict[str, int] = {}
