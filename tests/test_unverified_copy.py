@@ -175,6 +175,28 @@ def test_the_option_leaves_files_from_the_publishers_own_url_unmarked(http_serve
     assert "unverified" not in _entry(lock, f)
 
 
+def test_the_publishers_own_file_replaces_an_accepted_copy_of_a_file_without_a_checksum(
+        http_server, tmp_path: Path, capsys) -> None:
+    # Walker2d's case, later: the user (or a collaborator with the same data/raw.lock) gets the
+    # publisher's walker.zip. Its own URL is the reference for a file with no checksum: it replaces
+    # the rebuilt copy without the option (which is refused without a mirror) and the mark goes.
+    published, rebuilt = _zip(20), _zip(10)
+    (http_server.root / "n.zip").write_bytes(published)
+    f, lock, raw = RawFile(http_server.url + "n.zip", "n.zip"), tmp_path / "raw.lock", tmp_path / "raw"
+    fetch([f], raw, lock, source=_mirror(tmp_path / "copy", {"n.zip": rebuilt}), allow_unverified=True)
+    assert "unverified" in _entry(lock, f)
+    fetch([f], raw, lock)  # the copy in place is still the accepted one: used, with a note
+    assert (raw / "n.zip").read_bytes() == rebuilt and "using the copy accepted" in capsys.readouterr().err
+    (raw / "n.zip").unlink()  # a fresh clone, or the copy removed to get the publisher's
+    fetch([f], raw, lock)
+    assert (raw / "n.zip").read_bytes() == published
+    entry = _entry(lock, f)
+    assert "unverified" not in entry and entry["sha256"] == hashlib.sha256(published).hexdigest()
+    assert "the publisher's own file replaces the copy accepted as unverified" in capsys.readouterr().err
+    fetch([f], raw, lock)  # and from then on it is the recorded file: no note, nothing fetched
+    assert capsys.readouterr().err == "" and _entry(lock, f) == entry
+
+
 def test_the_publishers_own_url_keeps_trust_on_first_use(http_server, tmp_path: Path, capsys) -> None:
     # No mirror: the file comes from its canonical URL, whose list cannot be read (as when PhysioNet's
     # SHA256SUMS.txt is unreachable). As before: a warning, and the checksum recorded on first use.

@@ -22,7 +22,9 @@ refused with one line naming `--unverified-copy`. With it (or CTSWEEP_UNVERIFIED
 `dvc repro`) the copy is used and its lock entry is marked `unverified` with the reason; prepare
 carries the mark into the dataset's provenance (meta.json) and from there into every run and
 result made from it. The mark lives in the lock file, so later fetches need no option to use the
-same copy again; a fetch that verifies a file for the same URL drops it. Files fetched from the
+same copy again; a fetch that verifies a file for the same URL drops it, as does a download from
+the publisher's own URL of a file it gives no checksum for (its bytes are the reference, and the
+option that would otherwise be needed is refused without a mirror). Files fetched from the
 publisher's own URL, and a mirror's files that have no publisher checksum, are trusted as described
 above; a mirror's file without one that the user fetches with `--unverified-copy` (the mirror does
 not hold the publisher's bytes: a rebuilt archive) is marked as well, with the reason that nothing
@@ -165,13 +167,21 @@ class _Check:
 
 def _check_for(file: RawFile, entry: dict | None, published: Published, source: str | None, allow: bool) -> _Check:
     accepted = entry if entry is not None and UNVERIFIED in entry else None
+    checksummed = bool(file.sha256 or file.checksums_url)
+    if accepted is not None and not source and not checksummed:
+        # The publisher's own URL of a file it gives no checksum for: its bytes are the reference
+        # (trust on first use), so they replace a mirror's copy accepted unverified, and the mark
+        # goes. Guarding it would leave no way back: the option is refused without a mirror.
+        print(f"ctsweep: note: {file.filename}: the publisher's own file replaces the copy accepted as unverified "
+              f"({accepted[UNVERIFIED]}); trusted on first use", file=sys.stderr)
+        accepted = None
     # Only a mirror's copy needs the user's word: the publisher's own URL keeps trust on first use,
     # except where it would replace a copy accepted unverified (that mark is not dropped unchecked).
-    guarded = bool(source) and bool(file.sha256 or file.checksums_url) or accepted is not None
+    guarded = bool(source) and checksummed or accepted is not None
     if published.sha256:
         return _Check(published.sha256, True, published.where, guarded, accepted, allow)
     # the lock file's checksum, unless it is an accepted copy's: that one vouches for nothing
-    recorded = entry["sha256"] if entry is not None and accepted is None else None
+    recorded = entry["sha256"] if entry is not None and UNVERIFIED not in entry else None
     if published.error and not guarded:
         print(f"ctsweep: warning: {published.where} ({published.error}); using {file.filename}'s recorded checksum"
               f"{'' if recorded else ' (none yet: trusted on first use)'}", file=sys.stderr)
