@@ -25,6 +25,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from benchmarks.outputs import save_report
+
 import numpy as np
 
 KEPT, DROPPED, LAST = "next kept", "next dropped", "last step"
@@ -131,10 +133,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     report = measure(args.root.resolve(), args.dataset, args.family)
     text = render(report)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "next_step_leak.json").write_text(json.dumps(report, indent=1))
-        (args.out / "next_step_leak.md").write_text(text)
+    save_report(args.out, "next_step_leak", report, text)
     print(text)
     return report
 

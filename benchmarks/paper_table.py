@@ -31,6 +31,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from benchmarks.outputs import save_report
 from pipeline.data.provenance import DATA_PROVENANCE
 from pipeline.reporting.marks import not_causal
 from pipeline.reporting.numbers import fmt, signed
@@ -147,10 +148,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     elsewhere = {family: Path(path).resolve() for family, path in _pairs(ap, "--row-from", args.row_from, "PROJECT").items()}
     report = table(args.root.resolve(), args.source, args.dataset, reasons, elsewhere)
     text = render(report)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "paper_table.json").write_text(json.dumps(report, indent=1))
-        (args.out / "paper_table.md").write_text(text)
+    save_report(args.out, "paper_table", report, text)
     print(text)
     return report
 

@@ -27,6 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.outputs import save_report
+
+
 def measure(root: Path, profile: str, dataset: str, family: str, budget_s: float) -> dict[str, Any]:
     """One (dataset, family) in this process: {batches, batch_s, val_s, epoch_s, ...}."""
     import torch
@@ -141,10 +144,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                [f for f in args.families.split(",") if f] or None)
     when = datetime.date.today().isoformat()
     text = render(rows, f"{platform.processor() or platform.machine()}, {_cpu()}", when)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "profile_cost.json").write_text(json.dumps(rows, indent=1))
-        (args.out / "profile_cost.md").write_text(text)
+    save_report(args.out, "profile_cost", rows, text)
     print(text)
     return rows
 
