@@ -85,3 +85,21 @@ def test_the_npz_files_read_back_as_numpy_writes_them(tmp_path: Path) -> None:
     write_npz(tmp_path / "b.npz", arrays)
     assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
     assert arrays_digest(arrays) != arrays_digest({**arrays, "y": arrays["y"].astype(np.int32)})
+
+
+def test_arrays_changed_behind_digest_json_are_refused_naming_the_file_and_the_command(folder: Path) -> None:
+    from pipeline.errors import CorruptInputError
+
+    with np.load(folder / "val.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["y"] = arrays["y"][::-1].copy()  # well-formed, other labels: the shapes pass, the content does not
+    np.savez_compressed(folder / "val.npz", **arrays)
+    with pytest.raises(CorruptInputError, match=r"val\.npz is corrupt \(its arrays differ from what digest\.json "
+                                                r"records: changed since prepare wrote them\); rebuild it with "
+                                                r"`ctsweep prepare x`"):
+        load_dataset(folder)
+    (folder / DIGEST_FILE).write_text('{"train": "0"}')
+    with pytest.raises(CorruptInputError, match=r"digest\.json is corrupt \(expected each of \['train', 'val', 'test'\]"):
+        load_dataset(folder)
+    (folder / DIGEST_FILE).unlink()  # a dataset from before digest.json: nothing to check against
+    assert load_dataset(folder).splits["val"].y.tolist() == arrays["y"].tolist()

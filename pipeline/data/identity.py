@@ -55,6 +55,12 @@ def digest_json(split_digests: dict[str, str]) -> str:
     return json.dumps(dict(sorted(split_digests.items())), indent=2) + "\n"
 
 
+def changed_splits(recorded: dict[str, str], splits: dict[str, dict[str, np.ndarray]]) -> list[str]:
+    """The splits whose arrays (as loaded: {split: {name: array}}) differ from digest.json's
+    `recorded` digests: changed since prepare wrote them."""
+    return [name for name, arrays in splits.items() if recorded.get(name) != arrays_digest(arrays)]
+
+
 def fingerprint(folder: Path) -> str:
     """16 hex digits naming the processed dataset in `folder`: from meta.json and digest.json, or,
     for a dataset written before digest.json existed, meta.json and each split's size and mtime."""
