@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.classical.choice import DTW, MINIROCKET, RIDGE, Choice, choose
+from pipeline.classical.choice import DTW, LOGISTIC, MINIROCKET, RIDGE, Choice, choose
 from pipeline.classical.fit import Fitted, fit_predict
 from pipeline.reporting.classical_reference import read_reference, reference_note, reference_rows
 from pipeline.cli import app
@@ -73,7 +73,6 @@ def test_data_no_aeon_classifier_takes_is_refused_with_the_reason() -> None:
     holes.x[1, 2, 0] = np.nan  # an observed step with a channel missing
     assert "missing channel values" in choose(_meta(), ok, holes, ok)
     assert "one target per series" in choose(_meta("regression"), ok, ok, ok)
-    assert "per step" in choose(_meta(per_step=True), ok, ok, ok)
     assert isinstance(choose(_meta(), ok, ok, _split([5, 5], dt=0.25)), Choice)  # any interval, if equal
 
 
@@ -132,7 +131,8 @@ def test_per_step_regression_goes_to_the_one_step_ridge_with_the_time_since_the_
     train, val, test = (_steps_split(rng, n, weights, 0.0) for n in (4, 2, 3))
     choice = choose(meta, train, val, test)
     assert isinstance(choice, Choice) and choice.classifier == RIDGE
-    observed = 4 * 8 - 2 + 2 * 8 - 1  # train, then validation: the missing steps left out
+    observed_train = 4 * 8 - 2
+    observed = observed_train + 2 * 8 - 1  # train, then validation: the missing steps left out
     assert choice.train.shape == (observed, 3) and choice.y_train.shape == (observed, 2)
     assert choice.train[:8, 2].tolist() == [0, 1, 1, 2, 1, 1, 1, 0]  # series 0's dt, then series 1's first
     assert np.allclose(choice.train @ weights.T, choice.y_train, atol=1e-5)  # each step's target beside its inputs
@@ -141,7 +141,10 @@ def test_per_step_regression_goes_to_the_one_step_ridge_with_the_time_since_the_
     holes.x[1, 5, 0] = np.nan
     assert choose(meta, train, val, holes) == ("missing channel values at observed steps: the one-step ridge "
                                                "regression takes complete steps (the test split)")
-    assert "a label per step" in choose(_meta(per_step=True), train, val, test)
+    labels = Split(train.x, train.t, train.mask, (train.y[..., 0] > 0).astype(np.int64))  # a label per step
+    steps = choose(_meta(per_step=True), labels, labels, labels)
+    assert steps.classifier == LOGISTIC and steps.y_train.shape == (2 * observed_train,)
+    assert steps.y_train.dtype == np.int64 and (steps.train == np.concatenate([choice.train[:observed_train]] * 2)).all()
 
 
 def test_the_stage_fits_the_one_step_ridge_and_scores_it_as_the_trials_are(tmp_path: Path) -> None:
@@ -257,3 +260,31 @@ def test_the_across_datasets_table_has_the_reference_s_would_be_rank_as_a_row_of
     md = (tmp_path / "reports" / "results.md").read_text()
     assert "| *classical reference (would rank)* | 1.50 | 1 | 2 | — |" in md
     assert list(metrics["_across_datasets"]["families"]) == list(FAMILIES)  # the families alone are ranked
+
+
+def test_per_step_labels_get_the_one_step_logistic_regression_scored_per_step(tmp_path: Path) -> None:
+    from pipeline.classical.stage import run
+    from pipeline.config import ClassicalParams
+    from pipeline.data.contract import Dataset, save_dataset
+    from pipeline.stores.paths import processed_dir
+
+    # three activities, each step's label readable from its own channels (plus 10 % label noise)
+    meta = Meta(name="acts", task="classification", per_step=True, output_size=3, metric="accuracy",
+                channels=["a", "b"], source="hand-made")
+    rng = np.random.default_rng(3)
+    centres = np.array([[0.0, 0.0], [3.0, 0.0], [0.0, 3.0]])
+
+    def split(n: int) -> Split:
+        labels = rng.integers(0, 3, size=(n, 8))
+        x = (centres[labels] + 0.5 * rng.normal(size=(n, 8, 2))).astype(np.float32)
+        noisy = np.where(rng.random((n, 8)) < 0.1, rng.integers(0, 3, size=(n, 8)), labels)
+        t = np.tile(np.arange(8, dtype=np.float32), (n, 1))
+        return Split(x=x, t=t, mask=np.ones((n, 8), bool), y=noisy.astype(np.int64))
+
+    splits = {"train": split(200), "val": split(50), "test": split(100)}
+    save_dataset(processed_dir(tmp_path, "acts"), Dataset(meta, splits))
+    record = run(tmp_path, "acts", ClassicalParams())
+    assert (record["status"], record["classifier"], record["unit"]) == ("ok", LOGISTIC, "steps")
+    assert (record["n_train"], record["n_test"]) == (250 * 8, 100 * 8)
+    # a step's label follows from its channels but for the noise (a tenth, a third of it right by chance)
+    assert 0.85 < record["test"] < 0.97

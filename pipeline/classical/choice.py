@@ -8,12 +8,13 @@ unequal lengths. Neither models irregular sampling: a series whose observations 
 spaced in time, or which misses steps inside it (NaN between observed steps), is refused with
 the reason, in one line.
 
-A per-step regression task (a target at every step: Walker2d's next state) gets scikit-learn's
-ridge regression from each observed step's channels and the time since the previous observed
-step to that step's target, its penalty chosen by leave-one-out cross-validation on the training
-data (RidgeCV): the linear one-step model, the classical reading of "predict the next state from
-this one". Regression with one target per series and classification with a label per step are
-refused with the reason.
+A per-step task (a target at every step: Walker2d's next state, Person Activity's activity) gets
+a linear one-step model from scikit-learn, from each observed step's channels and the time since
+the previous observed step to that step's target: ridge regression for a regression task, its
+penalty chosen by leave-one-out cross-validation on the training data (RidgeCV), multinomial
+logistic regression on standardised inputs for a classification one. It reads no other step: the
+classical floor of "what this step alone says". Regression with one target per series is refused
+with the reason.
 
 In the processed contract (pipeline.data.contract) a series of unequal length is its observed
 steps first, then padding (mask False, x NaN); anything else that is masked is a missing step.
@@ -27,8 +28,10 @@ import numpy as np
 
 from pipeline.data.contract import Meta, Split
 
-MINIROCKET, DTW, RIDGE = "MiniRocket", "1-NN DTW", "one-step ridge regression"
-LIBRARY = {MINIROCKET: "aeon", DTW: "aeon", RIDGE: "scikit-learn"}
+MINIROCKET, DTW = "MiniRocket", "1-NN DTW"
+RIDGE, LOGISTIC = "one-step ridge regression", "one-step logistic regression"
+ONE_STEP = (RIDGE, LOGISTIC)  # models of a per-step task: their rows are observed steps
+LIBRARY = {MINIROCKET: "aeon", DTW: "aeon", RIDGE: "scikit-learn", LOGISTIC: "scikit-learn"}
 RIDGE_ALPHAS = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)  # RidgeCV's candidates, by leave-one-out
 
 
@@ -36,9 +39,10 @@ RIDGE_ALPHAS = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)  # RidgeCV's candida
 class Choice:
     """The model for a dataset and its inputs as the library takes them. For the classifiers,
     `train` and `test` are (N, C, L) arrays where every series has the same length, else lists of
-    (C, L_n) arrays, and `y_train` (N,) the labels; for RIDGE, (S, C + 1) arrays of the observed
-    steps (channels, then the time since the previous observed step) and `y_train` (S, O) their
-    targets. `train` is the training split followed by the validation split."""
+    (C, L_n) arrays, and `y_train` (N,) the labels; for the ONE_STEP models, (S, C + 1) arrays of
+    the observed steps (channels, then the time since the previous observed step) and `y_train`
+    their targets, (S, O) for RIDGE, (S,) labels for LOGISTIC. `train` is the training split
+    followed by the validation split."""
 
     classifier: str
     train: np.ndarray | list[np.ndarray]
@@ -71,7 +75,7 @@ def _stacked(series: list[np.ndarray], equal: bool) -> np.ndarray | list[np.ndar
     return np.stack(series) if equal else series
 
 
-def _steps(split: Split) -> np.ndarray | str:
+def _steps(split: Split, regression: bool) -> np.ndarray | str:
     """(S, C + 1): every observed step's channels and the time since the series' previous observed
     step (0 at its first), in the mask's row-major order; or why the ridge model cannot take them."""
     mask = split.mask.astype(bool)
@@ -81,23 +85,25 @@ def _steps(split: Split) -> np.ndarray | str:
         rows.append(np.column_stack([x[m].astype(np.float64), np.diff(times, prepend=times[:1])]))
     steps = np.concatenate(rows) if rows else np.zeros((0, split.x.shape[2] + 1))
     if np.isnan(steps).any():
-        return "missing channel values at observed steps: the one-step ridge regression takes complete steps"
+        return f"missing channel values at observed steps: the {RIDGE if regression else LOGISTIC} takes complete steps"
     return steps
 
 
-def _step_targets(split: Split) -> np.ndarray:
-    """(S, O): the targets of the observed steps, in the order of `_steps`."""
+def _step_targets(split: Split, regression: bool) -> np.ndarray:
+    """The targets of the observed steps, in the order of `_steps`: (S, O) for regression, (S,)
+    labels for classification."""
     y = split.y[split.mask.astype(bool)]
-    return y.reshape(len(y), -1).astype(np.float64)
+    return y.reshape(len(y), -1).astype(np.float64) if regression else y.astype(np.int64)
 
 
-def _ridge(train: Split, val: Split, test: Split) -> Choice | str:
-    found = {name: _steps(split) for name, split in (("train", train), ("val", val), ("test", test))}
+def _one_step(regression: bool, train: Split, val: Split, test: Split) -> Choice | str:
+    found = {name: _steps(split, regression) for name, split in (("train", train), ("val", val), ("test", test))}
     for name, got in found.items():
         if isinstance(got, str):
             return f"{got} (the {name} split)"
-    targets = np.concatenate([_step_targets(train), _step_targets(val)])
-    return Choice(RIDGE, np.concatenate([found["train"], found["val"]]), targets, found["test"])
+    targets = np.concatenate([_step_targets(train, regression), _step_targets(val, regression)])
+    return Choice(RIDGE if regression else LOGISTIC, np.concatenate([found["train"], found["val"]]), targets,
+                  found["test"])
 
 
 def task_refusal(meta: Meta) -> str | None:
@@ -105,10 +111,6 @@ def task_refusal(meta: Meta) -> str | None:
     if meta.task == "regression" and not meta.per_step:
         return ("a regression task with one target per series: the classical reference covers "
                 "classification and per-step regression")
-    if meta.task == "regression":
-        return None
-    if meta.per_step:
-        return "a label per step: aeon's classifiers give one label per series"
     return None
 
 
@@ -118,8 +120,8 @@ def choose(meta: Meta, train: Split, val: Split, test: Split) -> Choice | str:
     refused = task_refusal(meta)
     if refused:
         return refused
-    if meta.task == "regression":
-        return _ridge(train, val, test)
+    if meta.per_step:
+        return _one_step(meta.task == "regression", train, val, test)
     found = {name: _series(split) for name, split in (("train", train), ("val", val), ("test", test))}
     for name, got in found.items():
         if isinstance(got, str):

@@ -3,13 +3,13 @@ trials are, written to results/DATASET/classical.json.
 
     status          "ok", "failed" (the classifier raised or ran out of time: `reason`) or
                     "not_applicable" (no classical model accepts the data: `reason`)
-    classifier      MiniRocket, 1-NN DTW or one-step ridge regression (pipeline.classical.choice),
-                    with `library` (aeon's or scikit-learn's version)
+    classifier      MiniRocket, 1-NN DTW, or for a per-step task one-step ridge or logistic
+                    regression (pipeline.classical.choice), with `library` (aeon's or scikit-learn's version)
     metric, test    the dataset's metric on the test split (pipeline.training.metrics.score)
     train_seconds   the model's training time on one core (fit only)
     trained_on      "train+val": it has nothing to tune, so the validation split trains it too
     n_train, n_test, seed, time_limit_s; `unit`: "steps" where those count observed steps (the
-                    one-step model), absent where they count series
+                    one-step models), absent where they count series
     machine, threads the machine it trained on (pipeline.runtime.machine) and its one thread
 
 The file is replaced whole or not at all (pipeline.stores.files.write_json), and only a readable
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.classical.choice import LIBRARY, RIDGE, choose, task_refusal
+from pipeline.classical.choice import LIBRARY, ONE_STEP, choose, task_refusal
 from pipeline.classical.fit import Fitted, fit_predict
 from pipeline.config import ClassicalParams
 from pipeline.runtime import machine
@@ -35,16 +35,12 @@ from pipeline.stores.paths import classical_result_path, processed_dir
 TRAINED_ON = "train+val"
 
 
-def _outputs(meta: Meta, test: Split, fitted: Fitted) -> np.ndarray:
-    """The test split's outputs shaped as a model's. Per-step regression: (N, L, O), each observed
-    step's prediction in its place (0 where nothing is observed: the metric never reads it).
-    Classification: (N, O) from the class probabilities, the probabilities themselves for several
-    classes, the log-odds of class 1 for a binary task."""
+def _rows(meta: Meta, fitted: Fitted) -> np.ndarray:
+    """(M, O) outputs shaped as a model's, one row per series or per observed step: a regressor's
+    predictions; a classifier's class probabilities for several classes, the log-odds of class 1
+    for a binary task."""
     if meta.task == "regression":
-        mask = test.mask.astype(bool)
-        full = np.zeros((*mask.shape, fitted.outputs.shape[1]))
-        full[mask] = fitted.outputs
-        return full.reshape(*mask.shape, *test.y.shape[2:])
+        return fitted.outputs
     k = 2 if meta.task == "binary" else meta.output_size
     full = np.zeros((len(fitted.outputs), k))
     full[:, fitted.classes] = fitted.outputs
@@ -52,6 +48,18 @@ def _outputs(meta: Meta, test: Split, fitted: Fitted) -> np.ndarray:
         return full
     p = np.clip(full[:, 1], 1e-7, 1 - 1e-7)
     return np.log(p / (1 - p))[:, None]
+
+
+def _outputs(meta: Meta, test: Split, fitted: Fitted) -> np.ndarray:
+    """The test split's outputs as a model gives them: (N, O), or (N, L, O) for a per-step task
+    with each observed step's row in its place (0 where nothing is observed: no metric reads it)."""
+    rows = _rows(meta, fitted)
+    if not meta.per_step:
+        return rows
+    mask = test.mask.astype(bool)
+    full = np.zeros((*mask.shape, rows.shape[1]))
+    full[mask] = rows
+    return full
 
 
 def _score(meta: Meta, test: Split, fitted: Fitted) -> float:
@@ -79,7 +87,7 @@ def evaluate(meta: Meta, splits: dict[str, Split], params: ClassicalParams) -> d
     library = LIBRARY[choice.classifier]
     base["library"] = f"{library} {version(library)}"
     sizes = {"n_train": len(choice.y_train), "n_test": len(choice.test),
-             **({"unit": "steps"} if choice.classifier == RIDGE else {})}  # else series
+             **({"unit": "steps"} if choice.classifier in ONE_STEP else {})}  # else series
     if isinstance(fitted, str):
         return {"status": "failed", "classifier": choice.classifier, "reason": fitted, **base, **sizes}
     return {"status": "ok", "classifier": choice.classifier, "test": round(_score(meta, splits["test"], fitted), 6),
