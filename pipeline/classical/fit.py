@@ -26,10 +26,10 @@ from pipeline.classical.choice import DTW, LOGISTIC, MINIROCKET, ONE_STEP, RIDGE
 
 @dataclass(frozen=True)
 class Fitted:
-    """What the child sends back: the training seconds and the test split's outputs: a classifier's
-    class probabilities, (N, K) with the columns in the order of `classes` (the labels seen in
-    training); the regressor's predictions, (S, O) for the test split's observed steps, `classes`
-    empty."""
+    """What the child sends back: the training seconds and the test split's outputs, one row per
+    series (N) or, for the one-step models, per observed step (S): a classifier's class
+    probabilities, (N or S, K) with the columns in the order of `classes` (the labels seen in
+    training); the ridge regression's predictions, (S, O), `classes` empty."""
 
     seconds: float
     outputs: np.ndarray
@@ -54,7 +54,7 @@ def _classifier(name: str, seed: int):
         from sklearn.pipeline import make_pipeline
         from sklearn.preprocessing import StandardScaler
 
-        # standardised inputs: lbfgs converges in its default iterations on raw sensor units too
+        # standardised inputs: channels in their own units beside the elapsed time slow lbfgs down
         return make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000, random_state=seed))
     raise ValueError(f"unknown classical model {name!r}; valid: {MINIROCKET}, {DTW}, {RIDGE}, {LOGISTIC}")
 
