@@ -14,7 +14,8 @@ column), the paper's mean ± std, the difference, and the verdict:
     not run      no record of ours: the reason given with --not-run, else "not in the run"
 
 A figure of another model filed under the family's name (`other_model`) or of a variant our
-configuration does not have (`config`) gets no verdict: it says which. A family whose output at a
+configuration does not have (`config`) is "not run", the reason saying which (and the --not-run
+reason after it, the cost say). A family whose output at a
 step reads later steps (the record's `reads_later_steps`, the report's not-causal mark) has that
 said beside its verdict. `--row-from FAMILY=PROJECT` reads one family's record from another
 project (a row run again on its own, at other epochs say); the row and the list under the table
@@ -60,16 +61,24 @@ def _record(root: Path, dataset: str, family: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def _not_this_row(figure: Figure, record: dict[str, Any] | None) -> str | None:
+    """Why a figure is no row of ours whatever was run: another model filed under the family's name,
+    or a configuration (`config`) the record's does not have; None when it could be."""
+    if figure.other_model:
+        return f"another model under the name: {figure.other_model}"
+    if record is not None and not split_figures([figure], record)[0]:
+        wanted = ", ".join(f"{key} {value}" for key, value in (figure.config or {}).items())
+        return f"the paper's row has {wanted}, which this run did not train"
+    return None
+
+
 def row(figure: Figure, record: dict[str, Any] | None, reason: str | None) -> dict[str, Any]:
     """One table row: ours (if any), the paper's, the difference and the verdict."""
     paper, paper_std = figure.as_fraction()
     out: dict[str, Any] = {"family": figure.family, "where": figure.where, "note": figure.note,
                            "paper_mean": paper, "paper_std": paper_std, "metric": figure.metric}
-    if record is not None:
-        shown, _ = split_figures([figure], record)
-        if not shown:
-            why = figure.other_model or f"the paper's row is {figure.config}; ours is not"
-            return {**out, "verdict": f"not comparable: {why}"}
+    if (other := _not_this_row(figure, record)) is not None:
+        return {**out, "verdict": NOT_RUN, "reason": "; ".join(filter(None, [other, reason]))}
     scores = [s["test"] for s in (record or {}).get("seeds", []) if s.get("test") is not None]
     if record is None or len(scores) < 2:
         return {**out, "verdict": NOT_RUN, "reason": reason or ("not in the run" if record is None

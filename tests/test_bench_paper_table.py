@@ -48,7 +48,8 @@ def test_the_table_gives_every_row_of_the_paper_a_verdict_or_a_reason(tmp_path: 
     assert rows["cfc"]["verdict"] == REPRODUCED and rows["cfc"]["diff"] == pytest.approx(0.62 - 0.643)
     assert rows["cfc_mmrnn"]["verdict"] == WORSE
     assert rows["cfc_no_gate"]["verdict"] == NOT_RUN and rows["cfc_no_gate"]["reason"] == "1 seed(s) scored"
-    assert rows["gru_ode"]["verdict"].startswith("not comparable: Lechner & Hasani 2020's GRU-ODE")
+    assert rows["gru_ode"]["verdict"] == NOT_RUN  # a record of ours is no figure of another model
+    assert rows["gru_ode"]["reason"].startswith("another model under the name: Lechner & Hasani 2020's GRU-ODE")
     assert rows["ltc"] == {**rows["ltc"], "verdict": NOT_RUN, "reason": "13.8 core-hours"}
     assert rows["ode_lstm"]["reason"] == "not in the run"
     text = (tmp_path / "out" / "paper_table.md").read_text()
@@ -67,9 +68,13 @@ def test_a_row_that_reads_later_steps_says_so_beside_its_verdict(tmp_path: Path)
     _record(tmp_path, "cdr_nde", [0.93, 0.94, 0.935], {"method": "euler"})
     path = tmp_path / "results" / "walker2d" / "final" / "cdr_nde_heat.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "reads_later_steps": "the heat Laplacian"}))
-    report = paper_table.main(["--root", str(tmp_path), "--source", "anumasa_cdrnde", "--dataset", "walker2d"])
+    report = paper_table.main(["--root", str(tmp_path), "--source", "anumasa_cdrnde", "--dataset", "walker2d",
+                               "--not-run", "cdr_nde_heat=6.2 times the Euler row's epoch"])
     euler = [r for r in report["rows"] if r["family"] == "cdr_nde_heat" and "mean" in r]
     assert [r["paper_mean"] for r in euler] == [0.54]  # the Dopri5 row (0.49) is another configuration
+    dopri5 = [r for r in report["rows"] if r["family"] == "cdr_nde_heat" and "mean" not in r]
+    assert [(r["verdict"], r["reason"]) for r in dopri5] == [
+        (NOT_RUN, "the paper's row has method dopri5, which this run did not train; 6.2 times the Euler row's epoch")]
     assert euler[0]["verdict"] == f"{BETTER}; reads later steps: not comparable on next-step prediction (the heat Laplacian)"
     assert [r["verdict"] for r in report["rows"] if r["family"] == "cdr_nde"] == [BETTER]
 
