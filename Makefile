@@ -106,7 +106,9 @@ optuna-dashboard: install
 # connected to first: one line saying what failed instead of MLflow's retries. The
 # command is not echoed: a URL may hold a password (the one `make postgres` prints does not).
 # MLflow's job runner (eight huey processes for its GenAI jobs, unused here) is off unless
-# MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true is set.
+# MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true is set. A worker gets 60 s to answer uvicorn's health
+# check, not 5, so a loaded head node does not kill starting workers over and over
+# (UVICORN_TIMEOUT_WORKER_HEALTHCHECK; pipeline/stores/tracking_server.py says why).
 MLFLOW_HOST ?= 127.0.0.1
 MLFLOW_PORT ?= 5000
 MLFLOW_WORKERS ?= 4
@@ -117,6 +119,7 @@ mlflow-server: install
 	@case '$(MLFLOW_BACKEND)' in '') echo 'MLFLOW_BACKEND is empty (is `make postgres` running?)' >&2; exit 2;; \
 	  postgres*) $(BIN)/ctsweep postgres check '$(MLFLOW_BACKEND)' --setting MLFLOW_BACKEND || exit 2;; esac
 	@MLFLOW_SERVER_ENABLE_JOB_EXECUTION=$${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false} \
+	  UVICORN_TIMEOUT_WORKER_HEALTHCHECK=$${UVICORN_TIMEOUT_WORKER_HEALTHCHECK:-60} \
 	  mlflow server --backend-store-uri '$(MLFLOW_BACKEND)' \
 	  --artifacts-destination $(abspath mlartifacts) \
 	  --host $(MLFLOW_HOST) --port $(MLFLOW_PORT) --workers $(MLFLOW_WORKERS) $(MLFLOW_SERVER_OPTS)

@@ -8,10 +8,12 @@ workers, holding no connection inherited from the test), each with its own Mlflo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
 import os
 import queue
+import signal
 import sqlite3
 import threading
 import time
@@ -19,6 +21,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,7 +30,10 @@ from mlflow.tracking import MlflowClient
 
 from pipeline.stores import tracking
 from pipeline.errors import CtsweepError
+from pipeline.progress.model import DONE
+from pipeline.progress.read import ENDED_TAG
 from pipeline.stores.tracking_server import TrackingServer
+from pipeline.sweep.progress_tags import ProgressTags
 from tests.clusters import free_port
 
 WRITERS = 8
@@ -367,6 +373,72 @@ def test_the_server_refuses_unknown_host_names(mlflow_server) -> None:
 
     assert status("10.1.2.3:5000") == 200
     assert status("attacker.example.com") == 403
+
+
+def _workers(sid: int) -> list[int]:
+    """The pids of the server's uvicorn workers in session `sid` (multiprocessing's spawned children)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if os.getsid(int(proc.name)) == sid and b"spawn_main" in (proc / "cmdline").read_bytes():
+                    found.append(int(proc.name))
+            except (OSError, ProcessLookupError):
+                continue
+    return found
+
+
+@pytest.mark.slow
+def test_a_worker_that_answers_late_is_kept(mlflow_server) -> None:
+    """A worker that cannot answer uvicorn's health check for 8 s (a machine loaded with trials) is
+    not killed and replaced: with uvicorn's own 5 s, a starting worker on such a machine was killed
+    over and over until the server's start gave up (pipeline/stores/tracking_server.py)."""
+    url, _, log, sid = mlflow_server
+    workers = _workers(sid)
+    assert len(workers) == 2, _session_commands(sid)  # TrackingServer's two
+    os.kill(workers[0], signal.SIGSTOP)
+    try:
+        time.sleep(8)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # killed meanwhile: what the test is about
+            os.kill(workers[0], signal.SIGCONT)
+    time.sleep(2)  # the supervisor's next checks (every 0.5 s) see it answer
+    assert sorted(_workers(sid)) == sorted(workers), log.read_text()[-2000:]
+    assert f"Child process [{workers[0]}] died" not in log.read_text()
+    tracking.ensure_store(url)  # and the server answers
+
+
+@pytest.mark.slow
+def test_progress_tags_queued_behind_a_hung_server_are_dropped_when_the_search_ends(
+        mlflow_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The end of a search waits a bounded time for its progress tags (pipeline/sweep/progress_tags.py):
+    the write under way lands once the server answers, the ones queued behind it are dropped,
+    instead of each spending MLflow's retries in turn before the search may build its records."""
+    url, _, _, sid = mlflow_server
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+    client, exp_id = tracking.experiment_id(tmp_path, "progress-tags")
+    runs = [tracking.start_run(client, exp_id, f"trial-{i}", {}) for i in range(4)]
+    tags = ProgressTags(url, epochs=3)
+    server = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _in_session(int(p.name), sid)]
+    for pid in server:  # hung, not gone: connections are accepted, nothing answers
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        for run in runs:
+            tags.on_trial_complete(0, [], SimpleNamespace(last_result={"mlflow_run_id": run, "epoch": 3}))
+        tags.close(wait_s=1)
+    finally:
+        for pid in server:
+            os.kill(pid, signal.SIGCONT)
+    tags._pool.shutdown(wait=True)  # the write under way, answered now
+    ended = [client.get_run(run).data.tags.get(ENDED_TAG) for run in runs]
+    assert ended == [DONE, None, None, None]
+
+
+def _in_session(pid: int, sid: int) -> bool:
+    try:
+        return os.getsid(pid) == sid
+    except (OSError, ProcessLookupError):
+        return False
 
 
 def _telemetry_after_import(env: dict[str, str]) -> list[str]:

@@ -35,6 +35,15 @@ def free_port(host: str = "127.0.0.1") -> int:
 # otherwise (MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true); the Makefile's `mlflow-server` does the same.
 JOB_EXECUTION = "false"
 
+# uvicorn's supervisor pings each worker every half second and kills one that has not answered
+# within --timeout-worker-healthcheck (5 s by default), then starts another. On a machine loaded
+# with trial processes a worker starting up (importing MLflow's app) can miss 5 s again and again:
+# the server's workers were killed and restarted for 90 s until its start gave up (the
+# PostgreSQL search test, a restart beside 8 trials). 60 s still replaces a hung worker. uvicorn
+# reads its options from UVICORN_* variables, so this reaches it through `mlflow server`; a
+# value already in the environment wins. The Makefile's `mlflow-server` sets the same.
+WORKER_HEALTHCHECK_S = "60"
+
 
 class TrackingServer:
     """`mlflow server` on `host:port` (a free port by default) that keeps its port and store
@@ -52,7 +61,9 @@ class TrackingServer:
 
     def start(self, timeout_s: float = 90) -> str:
         """Start the server; return its URL once /health answers and its store is open."""
-        env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": JOB_EXECUTION, **os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+        env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": JOB_EXECUTION,
+               "UVICORN_TIMEOUT_WORKER_HEALTHCHECK": WORKER_HEALTHCHECK_S, **os.environ,
+               "MLFLOW_DISABLE_TELEMETRY": "true"}
         env.pop("MLFLOW_TRACKING_URI", None)
         self.folder.mkdir(parents=True, exist_ok=True)
         with open(self.log, "a") as sink:

@@ -5,13 +5,16 @@ report. The tag says how Tune ended it (done: every epoch; stopped early; failed
 closing sets the run's own status and outcome later, as before.
 
 The tags are written by one thread of their own, so Tune's event loop never waits for the store;
-a write that fails is logged and dropped (progress only).
+a write that fails is logged and dropped (progress only). At the experiment's end the writes still
+queued get `CLOSE_WAIT_S` to land, then are dropped: the records close every run right after, and
+with the tracking server down each write would otherwise spend MLflow's retries (about 4 minutes)
+in turn, holding the search's end for as many times that as trials ended (32 minutes for 8).
 """
 
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from ray.tune import Callback
@@ -22,6 +25,8 @@ from pipeline.stores import tracking
 
 log = logging.getLogger(__name__)
 
+CLOSE_WAIT_S = 10.0  # how long the experiment's end waits for the tag writes still queued
+
 
 class ProgressTags(Callback):
     """Tags each ended trial's run with ENDED_TAG; `epochs`: a trial's whole budget (max_t)."""
@@ -30,6 +35,7 @@ class ProgressTags(Callback):
         self._uri, self._epochs = tracking_uri, epochs
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctsweep-progress-tags")
         self._client: tracking.MlflowClient | None = None
+        self._writes: list[Future] = []
 
     def _tag(self, run_id: str, state: str) -> None:
         try:
@@ -42,7 +48,7 @@ class ProgressTags(Callback):
     def _ended(self, trial: Any, state: str) -> None:
         run_id = (trial.last_result or {}).get("mlflow_run_id")
         if run_id:
-            self._pool.submit(self._tag, run_id, state)
+            self._writes.append(self._pool.submit(self._tag, run_id, state))
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         epochs = int((trial.last_result or {}).get("epoch", 0) or 0)
@@ -54,8 +60,11 @@ class ProgressTags(Callback):
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         self.close()
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """Let the queued writes land for up to `wait_s`, then drop those not started; the one
+        under way, if any, ends in its own thread (MLflow's retries bound it)."""
+        wait(self._writes, timeout=wait_s)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def __getstate__(self) -> dict[str, Any]:  # Tune pickles the run config with its experiment state
         return {"_uri": self._uri, "_epochs": self._epochs}
