@@ -40,6 +40,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # minutes here: docs/
 TRIALS = 8  # trial processes at once: a local Ray of 2 CPUs, a quarter of a CPU each
 EPOCHS = 3  # the kill comes at epoch 0 or 1 of every trial: epochs remain to log after it
 DOWN_S = 5  # the tracking server's outage
+# How long the restart may take to open its store: on 2 cores beside the 8 trials and the suite's
+# other test processes its two workers took 149 s after uvicorn was up (a run beside
+# test_determinism and test_distributed), where TrackingServer.start gives up at 90 s. The
+# trials' writes wait out MLflow's retries, about 4 minutes, so a restart inside 200 s is one they
+# must outlast; the test checks that nothing is lost or doubled, not how fast a server starts.
+RESTART_S = 200
 
 
 def _children(client: MlflowClient) -> list:
@@ -70,7 +76,7 @@ def test_eight_trials_log_every_epoch_through_a_tracking_server_on_postgres_kill
         began = time.monotonic()
         server.kill()
         time.sleep(DOWN_S)
-        server.start()
+        server.start(timeout_s=RESTART_S)
         outage["down_s"] = time.monotonic() - began
 
     # The Optuna URL with the password typed into it (docs/how-to/postgres.md advises the passfile URL instead):
