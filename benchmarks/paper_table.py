@@ -14,9 +14,8 @@ column), the paper's mean ± std, the difference, and the verdict:
     not run      no record of ours: the reason given with --not-run, else "not in the run"
 
 A figure of another model filed under the family's name (`other_model`) or of a variant our
-configuration does not have (`config`) is "not run", the reason saying which (and the --not-run
-reason after it, the cost say). A family whose output at a
-step reads later steps (the record's `reads_later_steps`, the report's not-causal mark) has that
+configuration does not have (`config`) is "not run", its reason saying which, followed by the
+--not-run reason if one is given (a cost, say). A family whose output at a step reads later steps (the record's `reads_later_steps`, the report's not-causal mark) has that
 said beside its verdict. `--row-from FAMILY=PROJECT` reads one family's record from another
 project (a row run again on its own, at other epochs say); the row and the list under the table
 name that project. Under the table: the data

@@ -335,17 +335,22 @@ def test_concurrent_writers_lose_no_metric_through_a_server(mlflow_server, tmp_p
     assert [p.read_text() for p in artifacts.rglob("note.txt")] == ["proxied"]
 
 
-def _session_commands(sid: int) -> list[str]:
-    """The command lines of every process in session `sid` (/proc)."""
-    found = []
+def _session(sid: int) -> dict[int, str]:
+    """{pid: command line} of every process in session `sid` (/proc)."""
+    found = {}
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
                 if os.getsid(int(proc.name)) == sid:
-                    found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+                    found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except (OSError, ProcessLookupError):
                 continue  # ended meanwhile
     return found
+
+
+def _session_commands(sid: int) -> list[str]:
+    """The command lines of every process in session `sid`."""
+    return list(_session(sid).values())
 
 
 @pytest.mark.slow
@@ -377,15 +382,7 @@ def test_the_server_refuses_unknown_host_names(mlflow_server) -> None:
 
 def _workers(sid: int) -> list[int]:
     """The pids of the server's uvicorn workers in session `sid` (multiprocessing's spawned children)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if os.getsid(int(proc.name)) == sid and b"spawn_main" in (proc / "cmdline").read_bytes():
-                    found.append(int(proc.name))
-            except (OSError, ProcessLookupError):
-                continue
-    return found
+    return [pid for pid, command in _session(sid).items() if "spawn_main" in command]
 
 
 @pytest.mark.slow
@@ -419,7 +416,7 @@ def test_progress_tags_queued_behind_a_hung_server_are_dropped_when_the_search_e
     client, exp_id = tracking.experiment_id(tmp_path, "progress-tags")
     runs = [tracking.start_run(client, exp_id, f"trial-{i}", {}) for i in range(4)]
     tags = ProgressTags(url, epochs=3)
-    server = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _in_session(int(p.name), sid)]
+    server = list(_session(sid))
     for pid in server:  # hung, not gone: connections are accepted, nothing answers
         os.kill(pid, signal.SIGSTOP)
     try:
@@ -432,13 +429,6 @@ def test_progress_tags_queued_behind_a_hung_server_are_dropped_when_the_search_e
     tags._pool.shutdown(wait=True)  # the write under way, answered now
     ended = [client.get_run(run).data.tags.get(ENDED_TAG) for run in runs]
     assert ended == [DONE, None, None, None]
-
-
-def _in_session(pid: int, sid: int) -> bool:
-    try:
-        return os.getsid(pid) == sid
-    except (OSError, ProcessLookupError):
-        return False
 
 
 def _telemetry_after_import(env: dict[str, str]) -> list[str]:
