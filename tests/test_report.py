@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ConfigError, MissingInputError
-from pipeline.final.stage import _summary
+from pipeline.final.counts import summary as _summary
 from pipeline.stores.paths import final_result_path, search_result_path
 from pipeline.reporting.paper_column import mean_interval
 from pipeline.reporting.report import best_family, report

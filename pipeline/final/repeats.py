@@ -8,13 +8,9 @@ then over all R x seeds runs, and `repeats` / `repeat_*_std` say what the search
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
-
-def summary(values: list[float]) -> tuple[float, float]:
-    """(mean, sample standard deviation with ddof = 1; 0 for a single value)."""
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+from pipeline.final.counts import split_summary, summary
 
 
 def searched_repeats(searched: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
@@ -32,8 +28,8 @@ def between_repeats(searched: dict[str, Any], runs: list[dict[str, Any]]) -> dic
     per = []
     for repeat in sorted({r.get("repeat", 0) for r in runs}):
         mine = [r for r in runs if r.get("repeat", 0) == repeat]
-        val_mean, val_std = summary([r["val"] for r in mine])
-        test_mean, test_std = summary([r["test"] for r in mine])
+        val_mean, val_std = split_summary(mine, "val")
+        test_mean, test_std = split_summary(mine, "test")
         per.append({"repeat": repeat, "config": configs.get(repeat), "n_seeds": len(mine), "val_mean": val_mean,
                     "val_std": val_std, "test_mean": test_mean, "test_std": test_std})
     return {"n_repeats": len(per), "repeats": per,

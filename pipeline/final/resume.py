@@ -20,6 +20,7 @@ from typing import Any
 import mlflow
 import torch
 
+from pipeline.final.counts import counts_from_metrics
 from pipeline.runtime import machine
 from pipeline.stores import tracking
 from pipeline.config import FinalParams
@@ -109,6 +110,8 @@ def finished_seeds(client: tracking.MlflowClient, exp_id: str, parent: str) -> d
                       "steps_per_epoch": None if "steps_per_epoch" not in metrics else int(metrics["steps_per_epoch"]),
                       "train_loss_curve": [losses["train_loss"][s] for s in sorted(losses["train_loss"])],
                       "val_loss_curve": [losses["val_loss"][s] for s in sorted(losses["val_loss"])],
+                      # logged since accuracy keeps its counts (absent before: the float scores stand)
+                      **counts_from_metrics(metrics),
                       # tagged since results record their machine (absent before: None)
                       **dict(zip(("machine", "threads"), machine.from_tags(run.data.tags)))}
     return found

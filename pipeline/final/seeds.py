@@ -12,6 +12,7 @@ from typing import Any
 import ray
 import torch
 
+from pipeline.final.counts import count_metrics
 from pipeline.final import resume as final_resume
 from pipeline.stores import tracking
 from pipeline.data.contract import Dataset
@@ -92,8 +93,12 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
         tracking.set_tags(client, run_id, {final_resume.STOP_TAG: run.stop, **({"patience_stopped": "true"}
                                                                               if run.stop == "patience" else {})})
         trainer.model.load_state_dict(run.best_state)  # copies onto the model's device
-        val, val_loss = trainer.evaluate_with_loss("val")
-        result = {"seed": job.seed, "val": val, "val_loss": val_loss, "test": trainer.evaluate("test"),
+        val, val_loss, val_counts = trainer.evaluation("val")
+        test, _, test_counts = trainer.evaluation("test")
+        # counts (accuracy): the record's means come from them, so equal counts tie exactly
+        result = {"seed": job.seed, "val": val, "val_loss": val_loss, "test": test,
+                  **({"val_counts": list(val_counts)} if val_counts else {}),
+                  **({"test_counts": list(test_counts)} if test_counts else {}),
                   "num_params": trainer.model.num_parameters(), "seconds_per_epoch": statistics.median(run.seconds),
                   "curve": run.curve, "mlflow_run_id": run_id, "stop": run.stop, "best_epoch": run.best_epoch,
                   "repeat": job.repeat, "steps": run.steps, "steps_per_epoch": run.steps_per_epoch,
@@ -102,7 +107,8 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
         tracking.log_metrics(client, run_id, {"final_val": val, "final_val_loss": val_loss, "final_test": result["test"],
                                               "num_params": result["num_params"], "best_epoch": run.best_epoch,
                                               "steps": run.steps, "steps_per_epoch": run.steps_per_epoch,
-                                              "seconds_per_epoch": result["seconds_per_epoch"]})
+                                              "seconds_per_epoch": result["seconds_per_epoch"],
+                                              **count_metrics(result)})
         if job.lr_factor == 1.0:  # a resumed stage reuses this seed instead of training it again
             final_resume.save_state(client, run_id, run.best_state)
     except Exception as exc:

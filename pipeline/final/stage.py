@@ -30,7 +30,8 @@ from pipeline.stores import tracking
 from pipeline.config import FinalParams
 from pipeline.data.contract import Dataset
 from pipeline.data.provenance import provenance_fields
-from pipeline.final.repeats import between_repeats, searched_repeats, summary as _summary
+from pipeline.final.counts import split_summary, summed_counts
+from pipeline.final.repeats import between_repeats, searched_repeats
 from pipeline.final.plans import Inputs, Part, Plan, dataset_part, open_part, resources_key, scaled_lr
 from pipeline.final.seeds import SeedJob, spread, train_seed
 from pipeline.models import get_model_class
@@ -205,8 +206,8 @@ def _evaluate(root: Path, dataset: str, family: str, searched: dict[str, Any], p
 
 
 def _robustness(config: dict[str, Any], mode: str, factor: float, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    val_mean, val_std = _summary([r["val"] for r in runs])
-    test_mean, test_std = _summary([r["test"] for r in runs])
+    val_mean, val_std = split_summary(runs, "val")
+    test_mean, test_std = split_summary(runs, "test")
     return {"lr_factor": factor, "lr": config["lr"] * factor, "n_seeds": len(runs),
             "val_mean": val_mean, "val_std": val_std, "test_mean": test_mean, "test_std": test_std,
             "seeds": [{**{k: r.get(k) for k in ("seed", "val", "test", "curve", "mlflow_run_id", "steps")},
@@ -233,9 +234,9 @@ def _mean_loss(runs: list[dict[str, Any]]) -> float | None:
 
 def _record(dataset: str, family: str, searched: dict[str, Any], runs: list[dict[str, Any]],
             p: FinalParams) -> dict[str, Any]:
-    val_mean, val_std = _summary([r["val"] for r in runs])
-    test_mean, test_std = _summary([r["test"] for r in runs])
-    keep = ("seed", "repeat", "val", "val_loss", "test", "num_params", "seconds_per_epoch", "curve", "mlflow_run_id",
+    val_mean, val_std = split_summary(runs, "val")
+    test_mean, test_std = split_summary(runs, "test")
+    keep = ("seed", "repeat", "val", "val_loss", "test", "val_counts", "test_counts", "num_params", "seconds_per_epoch", "curve", "mlflow_run_id",
             "steps", "steps_per_epoch", "train_loss_curve", "val_loss_curve", "threads")
     machines = Machines([r.get("machine") for r in runs])
     return {
@@ -243,7 +244,7 @@ def _record(dataset: str, family: str, searched: dict[str, Any], runs: list[dict
         "config": searched["best_config"], "epochs": p.epochs, "max_epochs": p.epochs, "patience": p.patience,
         "min_steps": p.min_steps, "validation": p.validation,
         "time_limit_s": p.time_limit_s, "space": searched.get("space"), "n_seeds": len(runs),
-        "val_mean": val_mean, "val_std": val_std, "val_loss_mean": _mean_loss(runs),
+        "val_mean": val_mean, "val_std": val_std, "val_loss_mean": _mean_loss(runs), **summed_counts(runs),
         "test_mean": test_mean, "test_std": test_std, "params": runs[0]["num_params"],
         "seconds_per_epoch": statistics.median(r["seconds_per_epoch"] for r in runs),
         "n_trials": searched["n_trials"], "n_failed": searched["n_failed"],

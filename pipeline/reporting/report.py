@@ -78,7 +78,9 @@ from pipeline.reporting.provenance import data_notes, machine_notes, stamp
 from pipeline.reporting.records import collect, read_search, split
 from pipeline.reporting.references import References, load_references
 from pipeline.reporting.search_gain import Gain, search_gain
-from pipeline.reporting.status import BASELINES, MACHINES
+from pipeline.reporting.status import BASELINES, MACHINES, VERDICTS
+from pipeline.reporting.ties import best_family
+from pipeline.reporting.verdict import dataset_verdict
 from pipeline.reporting.tables import (data_lines, provenance_lines, references_lines, repeated, results_table,
                                        robustness_lines, sensitivity_lines, welch_vs_best)
 from pipeline.stores.schema import FINAL_FOR_REPORT
@@ -91,24 +93,8 @@ METRIC_KEYS = ("val_mean", "val_std", "test_mean", "test_std", "n_seeds", "metri
                "n_failed")
 RECORD_KEYS = {"n_parameters": "params"}  # metrics.json key -> the final record's ("params" reads as DVC's params)
 REPEAT_DEFAULTS = {"n_repeats": 1, "repeat_val_std": 0.0, "repeat_test_std": 0.0}  # records from before repeats
+COUNT_KEYS = ("val_counts", "test_counts")  # [correct, scored] over the seeds, for accuracy (pipeline.final.counts)
 FAILED_KEYS = ("dataset", "family", "metric", "n_trials", "n_failed", "errors")  # a failed cell has no scores
-
-
-def best_family(results: dict[str, dict[str, Any]]) -> str | None:
-    """The family with the best mean validation metric among those that did not fail, ties
-    broken by the lower mean validation loss (`val_loss_mean`; a record without one loses the
-    tie); selection never looks at test. None when every family failed."""
-    ok = {f: r for f, r in results.items() if not is_failed(r)}
-    if not ok:
-        return None
-    sign = 1.0 if next(iter(ok.values()))["mode"] == "max" else -1.0
-
-    def merit(family: str) -> tuple[float, float]:
-        loss = ok[family].get("val_loss_mean")
-        # rounded: seed means of equal scores may differ in the last bits, and that is a tie
-        return round(sign * ok[family]["val_mean"], 9), -(math.inf if loss is None else loss)
-
-    return max(ok, key=merit)
 
 
 def _csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -182,7 +168,7 @@ def _metrics(results: dict[str, dict[str, Any]], best: str | None, marks: dict[s
         p = tests[f].p if tests[f] is not None else math.nan
         out[f] = {**{k: r[RECORD_KEYS.get(k, k)] for k in METRIC_KEYS},
                   **{k: r.get(k, v) for k, v in REPEAT_DEFAULTS.items()},
-                  "val_loss_mean": r.get("val_loss_mean"), "status": "ok", "marks": shown, "best": f == best,
+                  "val_loss_mean": r.get("val_loss_mean"), **{k: r[k] for k in COUNT_KEYS if k in r}, "status": "ok", "marks": shown, "best": f == best,
                   "p_vs_best": None if math.isnan(p) else round(p, 6), "p_vs_trivial": _rounded(vs_trivial.get(f)),
                   **_gain_json(search_gain(searches.get(f), r["mode"])), "epochs_trained": epochs_trained(r)}
     return out
@@ -286,9 +272,11 @@ def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dic
         found, mode, metric = baselines.get(dataset, []), _mode(results), next(iter(results.values()))["metric"]
         gains = {f: search_gain(searches[dataset].get(f), mode) for f in searches.get(dataset, {})}
         ref = classical_refs.get(dataset)
-        lines += results_table(dataset, results, best, refs, cited, marks[dataset],
-                               lambda columns: trivial.trivial_rows(found, mode, metric, columns)
-                               + classical.reference_rows(ref, metric, columns), gains)
+        table = results_table(dataset, results, best, refs, cited, marks[dataset],
+                              lambda columns: trivial.trivial_rows(found, mode, metric, columns)
+                              + classical.reference_rows(ref, metric, columns), gains)
+        decided = dataset_verdict(ok, best, ref)
+        lines += table[:2] + ([f"**Verdict:** {decided.line}", ""] if decided else []) + table[2:]
         lines += trivial.trivial_note(found) if dataset in baselines else []
         lines += classical.reference_note(ref, dataset, metric) if dataset in classical_refs else []
         lines += data_lines(provenance.get("data", {}).get(dataset))
@@ -349,6 +337,9 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
             pngs[dataset] = [out / p.relative_to(stage) for p in written]
         if across is not None:  # after the datasets, under a key no dataset can have
             metrics[cross_dataset.METRICS_KEY] = cross_dataset.as_json(across)
+        metrics[VERDICTS] = {d: v.as_json() for d in finals
+                             if (v := dataset_verdict(split(finals[d])[0], best_family(split(finals[d])[0]),
+                                                      classical_refs[d])) is not None}
         metrics[MACHINES] = provenance["machines"]  # what `ctsweep compare` names first when it differs
         metrics[BASELINES] = {d: {**trivial.as_json(baselines[d], _mode(finals[d])),
                                   "classical": classical.as_json(classical_refs[d])} for d in finals}

@@ -26,16 +26,44 @@ class Welch:
 
 
 def welch(a: list[float], b: list[float]) -> Welch:
-    """Welch's unequal-variance t-test on two samples of per-seed scores (sample variances, ddof 1)."""
+    """Welch's unequal-variance t-test on two samples of per-seed scores (scipy's
+    `ttest_ind(equal_var=False)`: sample variances, Welch-Satterthwaite degrees of freedom)."""
     diff = statistics.fmean(a) - statistics.fmean(b)
     if len(a) < 2 or len(b) < 2:
         return Welch(diff, math.nan, math.nan, math.nan)
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    if va + vb == 0:  # both constant: equal means are not different, unequal ones cannot be tested
+    if statistics.variance(a) + statistics.variance(b) == 0:
+        # both constant: scipy gives NaN; equal means are not different, unequal ones cannot be tested
         return Welch(diff, math.nan, math.nan, 1.0 if diff == 0 else math.nan)
-    t = diff / math.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    return Welch(diff, t, df, float(2 * sps.t.sf(abs(t), df)))
+    result = sps.ttest_ind(a, b, equal_var=False)
+    return Welch(diff, float(result.statistic), float(result.df), float(result.pvalue))
+
+
+def tost(a: list[float], b: list[float], margin: float) -> float:
+    """The p-value of two one-sided Welch tests (TOST) that mean(a) - mean(b) lies within
+    (-margin, +margin): small when the two are shown equivalent within the margin (statsmodels'
+    `ttost_ind`, unequal variances). NaN for fewer than two scores on a side. Both samples
+    constant: 0 when the difference lies inside the margin, else 1 (no spread to test)."""
+    if len(a) < 2 or len(b) < 2:
+        return math.nan
+    if statistics.variance(a) + statistics.variance(b) == 0:
+        return 0.0 if abs(statistics.fmean(a) - statistics.fmean(b)) < margin else 1.0
+    from statsmodels.stats.weightstats import ttost_ind  # imported here: 0.5 s that only this test needs
+
+    return float(ttost_ind(a, b, -margin, margin, usevar="unequal")[0])
+
+
+def holm(pvalues: dict[str, float]) -> dict[str, float]:
+    """Holm's step-down adjustment of a family of p-values (NaN stays NaN and is not counted):
+    reject where the adjusted value is below alpha and the family-wise error stays at alpha."""
+    known = {k: v for k, v in pvalues.items() if not math.isnan(v)}
+    adjusted = dict.fromkeys(pvalues, math.nan)
+    if known:
+        from statsmodels.stats.multitest import multipletests
+
+        names = list(known)
+        for name, value in zip(names, multipletests([known[n] for n in names], method="holm")[1]):
+            adjusted[name] = float(value)
+    return adjusted
 
 
 def ranking(means: dict[str, float], mode: str) -> list[str]:

@@ -29,7 +29,9 @@ PRODUCER = "ctsweep report"
 ACROSS_DATASETS = "_across_datasets"
 BASELINES = "_baselines"  # dataset -> its trivial baselines (pipeline.reporting.trivial)
 MACHINES = "_machines"  # fingerprint -> a machine the trials and seeds ran on (pipeline.runtime.machine)
+VERDICTS = "_verdicts"  # dataset -> its verdict (pipeline.reporting.verdict): the line and its tests
 METRICS_SPEC = {f"{ACROSS_DATASETS}?": dict, f"{BASELINES}?": MapOf(dict), f"{MACHINES}?": MapOf(dict),
+                f"{VERDICTS}?": MapOf({"line": str}),
                 "*": MapOf({"status?": OneOf("ok", "failed"), "marks?": ListOf({"mark": str, "detail": str})})}
 
 
@@ -99,13 +101,15 @@ def status(root: Path) -> tuple[list[str], int]:
     report = reports_dir(root) / "metrics.json"
     if progress and not report.is_file():
         return [*progress, "ctsweep status: a run is in progress; no report yet"], 0
-    found = cells(read_metrics(root))
+    metrics = read_metrics(root)
+    found = cells(metrics)
     if progress:
         written = time.strftime("%Y-%m-%d %H:%M", time.localtime(report.stat().st_mtime))
         progress.append(f"ctsweep status: a run is in progress; the cells below are those of the last report "
                         f"({report.relative_to(root) if report.is_relative_to(root) else report}, written {written})")
     lines, code = _cells_status(found)
-    return [*progress, *lines], code
+    verdicts = [f"{d}: {v['line']}" for d, v in metrics.get(VERDICTS, {}).items()]
+    return [*progress, *verdicts, *lines], code
 
 
 def _cells_status(found: list[Cell]) -> tuple[list[str], int]:

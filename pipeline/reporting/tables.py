@@ -15,6 +15,7 @@ from pipeline.reporting.paper_column import paper_cell, split_figures, unrun_lin
 from pipeline.reporting.marks import FAILED, NOT_CAUSAL, RULES, SYMBOLS, Mark, is_failed
 from pipeline.reporting.references import Figure, References
 from pipeline.reporting.search_gain import Gain
+from pipeline.reporting.ties import tied_at_top, uncounted_note
 from pipeline.reporting.stats import Welch, kendall_tau, ranking, welch
 from pipeline.sweep.sensitivity import MIN_TRIALS
 
@@ -106,12 +107,11 @@ def results_table(dataset: str, finals: dict[str, dict[str, Any]], best: str | N
 
 
 def tie_lines(finals: dict[str, dict[str, Any]], best: str | None) -> list[str]:
-    """Under a table whose best validation score is shared: which families tie and the mean
-    validation losses that decided (pipeline.reporting.report.best_family); nothing otherwise."""
+    """Under a table whose best validation score is shared: which families tie, on what counts,
+    and the mean validation losses that decided (pipeline.reporting.ties); nothing otherwise."""
     if best is None:
         return []
-    top = finals[best]["val_mean"]
-    tied = [f for f, r in finals.items() if not is_failed(r) and round(r["val_mean"], 9) == round(top, 9)]
+    tied = tied_at_top(finals)
     if len(tied) < 2:
         return []
 
@@ -119,9 +119,16 @@ def tie_lines(finals: dict[str, dict[str, Any]], best: str | None) -> list[str]:
         value = finals[family].get("val_loss_mean")
         return "not recorded" if value is None else f"{value:.4f}"
 
+    record = finals[best]
+    counts = record.get("val_counts")
+    behind = (f" (each {counts[0]:,} correct of {counts[1]:,} validation predictions over its "
+              f"{record['n_seeds']} seeds)") if counts and all(
+        finals[f].get("val_counts") == counts for f in tied) else ""
     losses = ", ".join(f"{f} {loss(f)}" for f in tied)
-    return [f"Best on validation: {len(tied)} families tie at {fmt(top, None, finals[best]['metric'])}; the lowest "
-            f"mean validation loss at the kept epochs decides ({losses}).", ""]
+    note = uncounted_note(finals)
+    return [f"Best on validation: {len(tied)} families tie at {fmt(record['val_mean'], None, record['metric'])}{behind}; "
+            f"the lowest mean validation loss at the kept epochs decides ({losses}).", "",
+            *([note, ""] if note else [])]
 
 
 def footnotes(marks: dict[str, list[Mark]]) -> list[str]:

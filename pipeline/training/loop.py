@@ -15,7 +15,7 @@ from pipeline.runtime.allocator import keep_freed_memory
 from pipeline.data.contract import Dataset, Meta
 from pipeline.data.inputs import load_inputs
 from pipeline.errors import ConfigError, TrialFailedError
-from pipeline.training.metrics import score
+from pipeline.training.metrics import counts, score
 from pipeline.training.budget import batches_per_pass, effective_batch, passes_per_epoch
 from pipeline.training.selection import beats, is_better, lowers_loss, progressed
 from pipeline.models import SequenceModel, get_model_class
@@ -276,12 +276,18 @@ class Trainer:
         """(metric, training loss) on a whole split, from one prediction pass. The loss breaks ties
         of the metric: on a small validation split accuracy saturates (54 JapaneseVowels series:
         several epochs and families at the same 98.15 %), the cross-entropy still orders them."""
+        value, loss, _ = self.evaluation(split)
+        return value, loss
+
+    def evaluation(self, split: str) -> tuple[float, float, tuple[int, int] | None]:
+        """(metric, training loss, counts) on a whole split from one prediction pass; counts:
+        (correct, scored) for accuracy (metrics.counts), None for other metrics."""
         output, y, mask = self.predict(split).cpu(), self.targets[split].cpu(), self.masks[split].cpu()
         value = score(self.meta, output, y, mask)
         if not math.isfinite(value):
             raise TrialFailedError(f"non-finite {self.meta.metric} on {split} at epoch {self.epoch}")
         weight = None if self.loss_weight is None else self.loss_weight.cpu()
-        return value, float(loss_fn(self.meta, output, y, mask, weight))
+        return value, float(loss_fn(self.meta, output, y, mask, weight)), counts(self.meta, output, y, mask)
 
     def run_epoch(self, deadline: float | None = None) -> dict[str, float]:
         """Train one epoch and score validation: {epoch, steps (so far), train_loss, val_metric,
