@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from pipeline import names
 from pipeline.config.base import MAX_EPOCHS, MAX_STEPS, Name, Seed, _few, _Strict
+from pipeline.config.race import RaceParams
 from pipeline.config.cells import CellBudget, cells_outside, cells_problem
 from pipeline.config.resources import ResourceOverride, Resources, resolved_resources
 from pipeline.config.datasets import _KINDS, MAX_SEQUENCES, DatasetParams, XorParams
@@ -215,6 +216,8 @@ class FinalParams(_Strict):
     cells: dict[str, CellBudget] = Field(
         default_factory=dict, max_length=10_000, description="per (dataset, family) budgets over the above, keyed "
         "`<dataset>/<family>`: `epochs`, `patience`, `min_steps` (pipeline/config/cells.py)")
+    race: RaceParams = Field(RaceParams(), description="seeds added until the comparison is decided "
+                             "(pipeline/config/race.py): `enabled`, `margin`, `max_seeds`, `seeds_per_round`, `alpha`")
 
     _family_names = field_validator("family_resources", "family_epochs")(_known_families)
     _epochs = field_validator("epochs")(_counted(1, MAX_EPOCHS, "the most epochs a seed trains"))
@@ -236,6 +239,9 @@ class FinalParams(_Strict):
         if self.patience is not None and self.patience > shortest:
             raise ValueError(f"patience is {self.patience}, more than the {shortest} epochs a seed may train "
                              f"(`epochs` or `family_epochs`); allowed: 1 to {shortest}, or null for no early stopping")
+        if self.race.enabled and self.race.max_seeds < len(self.seeds):
+            raise ValueError(f"race.max_seeds is {self.race.max_seeds}, below the {len(self.seeds)} configured "
+                             f"`seeds`; allowed: {len(self.seeds)} to 100")
         if self.resources.workers > 1 or any(o.workers not in (None, 1) for o in self.family_resources.values()):
             raise ValueError("final seeds train in one process each: `workers` must be 1 here "
                              "(the seeds themselves run in parallel)")
