@@ -32,6 +32,7 @@ from pipeline.data.contract import Dataset
 from pipeline.data.provenance import provenance_fields
 from pipeline.final.counts import split_summary, summed_counts
 from pipeline.final.repeats import between_repeats, searched_repeats
+from pipeline.final import racing
 from pipeline.final.plans import Inputs, Part, Plan, dataset_part, open_part, resources_key, scaled_lr
 from pipeline.final.seeds import SeedJob, spread, train_seed
 from pipeline.models import get_model_class
@@ -100,24 +101,40 @@ def final_datasets(root: Path, datasets: list[str], families: list[str], p: Fina
 
 
 def _run(parts: list[Part]) -> None:
-    """Train every plan's missing seeds, of every dataset, at once; then write each family's
-    record into its part's `records` (the first error raised once every other record is written)."""
+    """Train every plan's missing seeds, of every dataset, at once; with `final.race` on, then the
+    seeds each look of the race asks for, a round at a time (pipeline.final.racing); then write
+    each family's record into its part's `records` (the first error raised once every other
+    record is written)."""
     cells = [(part, plan) for part in parts for plan in part.plans]
-    todo = [job for _, plan in cells for job in plan.todo]
+    trained: dict[tuple[str, str], dict[tuple[int, str, int], dict[str, Any]]] = {
+        (part.inputs.dataset, plan.family): {} for part, plan in cells}
+    failed: dict[tuple[str, str], BaseException] = {}
+    races = {part.inputs.dataset: racing.Race(part) for part in parts}
     try:
-        done, failed = ({}, {})
-        if todo:
-            with ray_session():
-                check_shared_storage(tracking.tracking_uri(parts[0].inputs.root))
-                for _, plan in cells:
-                    if plan.todo:
-                        check_fits(plan.p.resources_for(plan.family), resources_key(plan.p, plan.family))
-                datas = {part.inputs.dataset: part.inputs.data for part in parts if any(plan.todo for plan in part.plans)}
-                uri = tracking.tracking_uri(parts[0].inputs.root)
-                with shown(uri, sorted({part.inputs.experiment[1] for part in parts}), FINAL) as started:
+        with contextlib.ExitStack() as session:
+            started = None
+            while True:
+                todo = [job for part, plan in cells if (part.inputs.dataset, plan.family) not in failed
+                        for job in plan.todo
+                        if final_resume.seed_key(job.seed, job.lr_factor, job.repeat)
+                        not in trained[(part.inputs.dataset, plan.family)]]
+                if todo:
+                    if started is None:
+                        started = _start(session, parts, cells)
+                    done, newly_failed = spread(todo, {part.inputs.dataset: part.inputs.data for part in parts
+                                                       if part.plans})
+                    failed.update(newly_failed)
+                    for i, result in done.items():
+                        job = todo[i]
+                        trained[(job.dataset, job.family)][final_resume.seed_key(job.seed, job.lr_factor, job.repeat)] \
+                            = result
+                extended = [plan for race in races.values() for plan in race.look(trained, failed)]
+                if not extended:
+                    break
+                if started is not None:
                     for part, plan in cells:
-                        _mark(part, plan, started)
-                    done, failed = spread(todo, datas)
+                        if plan in extended:
+                            _mark(part, plan, started)
     except Interrupted as exc:  # the seeds were stopped; the previous result files stay as they were
         with deferred():
             for part, plan in cells:
@@ -128,18 +145,13 @@ def _run(parts: list[Part]) -> None:
         for part, plan in cells:
             tracking.finish(part.inputs.experiment[0], plan.parent, exc)
         raise
-    trained: dict[tuple[str, str], dict[tuple[int, str, int], dict[str, Any]]] = {
-        (part.inputs.dataset, plan.family): {} for part, plan in cells}
-    for i, result in done.items():
-        job = todo[i]
-        trained[(job.dataset, job.family)][final_resume.seed_key(job.seed, job.lr_factor, job.repeat)] = result
     errors = []
     for part, plan in cells:
         cell = (part.inputs.dataset, plan.family)
         try:
             if cell in failed:
                 raise failed[cell]
-            part.records[plan.family] = _finish(part.inputs, plan, trained[cell])
+            part.records[plan.family] = _finish(part.inputs, plan, trained[cell], races[part.inputs.dataset].summary())
         except Interrupted:
             raise
         except BaseException as exc:  # a failed seed, or a record that could not be written: resumable
@@ -147,6 +159,20 @@ def _run(parts: list[Part]) -> None:
             errors.append(exc)
     if errors:
         raise errors[0]
+
+
+def _start(session: contextlib.ExitStack, parts: list[Part], cells: list[tuple[Part, Plan]]) -> float:
+    """Ray and the progress display, opened when the first seed is to train; returns the start time."""
+    session.enter_context(ray_session())
+    check_shared_storage(tracking.tracking_uri(parts[0].inputs.root))
+    for _, plan in cells:
+        if plan.todo:
+            check_fits(plan.p.resources_for(plan.family), resources_key(plan.p, plan.family))
+    uri = tracking.tracking_uri(parts[0].inputs.root)
+    started = session.enter_context(shown(uri, sorted({part.inputs.experiment[1] for part in parts}), FINAL))
+    for part, plan in cells:
+        _mark(part, plan, started)
+    return started
 
 
 def _mark(part: Part, plan: Plan, started: float) -> None:
@@ -159,7 +185,8 @@ def _mark(part: Part, plan: Plan, started: float) -> None:
                 plan.searched["mode"], kept=len(plan.kept), prior_epoch_s=prior, patience=first.patience)
 
 
-def _finish(inputs: Inputs, plan: Plan, trained: dict[tuple[int, str, int], dict[str, Any]]) -> dict[str, Any]:
+def _finish(inputs: Inputs, plan: Plan, trained: dict[tuple[int, str, int], dict[str, Any]],
+            race: dict[str, Any]) -> dict[str, Any]:
     """Write the family's record from its kept and newly trained seeds; close its parent run."""
     client, _ = inputs.experiment
     p, family = plan.p, plan.family
@@ -168,7 +195,7 @@ def _finish(inputs: Inputs, plan: Plan, trained: dict[tuple[int, str, int], dict
     results = [{**by_key[final_resume.seed_key(j.seed, j.lr_factor, j.repeat)], "lr_factor": j.lr_factor,
                 "repeat": j.repeat} for j in plan.jobs]
     record = _evaluate(inputs.root, inputs.dataset, family, plan.searched, p, results, inputs.data)
-    record.update(mlflow_parent_run_id=plan.parent, resumed=plan.resumed, reused_seeds=len(plan.kept),
+    record.update(mlflow_parent_run_id=plan.parent, resumed=plan.resumed, reused_seeds=len(plan.kept), race=race,
                   **provenance_fields(inputs.data.meta), **{staleness.DIGEST_KEY: plan.digest})
     tracking.log_metrics(client, plan.parent, {k: record[k] for k in ("val_mean", "val_std", "test_mean", "test_std")})
     for r in record["robustness"]:

@@ -69,6 +69,18 @@ def holm(pvalues: dict[str, float]) -> dict[str, float]:
     return adjusted
 
 
+def decide(scores: dict[str, list[float]], best: str, margin: float, alpha: float = 0.05
+           ) -> tuple[dict[str, float], dict[str, float]]:
+    """(Holm-adjusted Welch p against the best for every other family, Holm-adjusted TOST p for
+    those not separated): the two decisions the verdict and the race share."""
+    ref = scores[best]
+    separation = holm({f: welch(s, ref).p for f, s in scores.items() if f != best})
+    # NaN (fewer than two seeds) is neither separated nor equivalent
+    open_ = [f for f, p in separation.items() if not p < alpha]
+    equivalence = holm({f: tost(scores[f], ref, margin) for f in open_})
+    return separation, equivalence
+
+
 def ranking(means: dict[str, float], mode: str) -> list[str]:
     """Names ordered best first ("max": larger is better); ties keep the given order."""
     return sorted(means, key=lambda k: -means[k] if mode == "max" else means[k])

@@ -29,7 +29,7 @@ from typing import Any
 
 from pipeline.reporting.numbers import fmt
 from pipeline.reporting.paper_column import mean_interval
-from pipeline.reporting.stats import holm, tost, welch
+from pipeline.reporting.stats import decide
 
 ALPHA = 0.05
 BETA = 0.2  # power 80 % for the seeds-needed estimate
@@ -83,18 +83,6 @@ def seeds_needed(a: list[float], b: list[float], margin: float, alpha: float) ->
     else:
         n = 2 * var * (norm.ppf(1 - alpha / 2) + norm.ppf(1 - BETA)) ** 2 / d ** 2
     return max(2, math.ceil(n))
-
-
-def decide(scores: dict[str, list[float]], best: str, margin: float, alpha: float = ALPHA
-           ) -> tuple[dict[str, float], dict[str, float]]:
-    """(Holm-adjusted Welch p against the best for every other family, Holm-adjusted TOST p for
-    those not separated): the two decisions the verdict and the race share."""
-    ref = scores[best]
-    separation = holm({f: welch(s, ref).p for f, s in scores.items() if f != best})
-    # NaN (fewer than two seeds) is neither separated nor equivalent
-    open_ = [f for f, p in separation.items() if not p < alpha]
-    equivalence = holm({f: tost(scores[f], ref, margin) for f in open_})
-    return separation, equivalence
 
 
 def _names(names: list[str]) -> str:
