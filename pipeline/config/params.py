@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from pipeline import names
 from pipeline.config.base import MAX_EPOCHS, MAX_STEPS, Name, Seed, _few, _Strict
 from pipeline.config.race import RaceParams
+from pipeline.config.saturation import SaturationParams, saturation_problem
 from pipeline.config.cells import CellBudget, cells_outside, cells_problem
 from pipeline.config.resources import ResourceOverride, Resources, resolved_resources
 from pipeline.config.datasets import _KINDS, MAX_SEQUENCES, DatasetParams, XorParams
@@ -118,6 +119,9 @@ class SearchParams(_Strict):
         default_factory=dict, description="per-family `trial_time_limit_s`, e.g. {ode_rnn_tw: 120} (a slow family's "
                                           "trials need more time for the same epochs)")
     asha: AshaParams = AshaParams()
+    saturation: SaturationParams = Field(SaturationParams(), description="searches that go on while they still "
+                                         "gain (pipeline/config/saturation.py): `enabled`, `min_trials`, `max_trials`, "
+                                         "`rise`")
     resources: Resources = Resources()
     family_resources: dict[Name, ResourceOverride] = Field(
         default_factory=dict, description="per-family changes to `resources`, e.g. {cdr_nde_heat: {cpu: 2}}")
@@ -159,6 +163,8 @@ class SearchParams(_Strict):
             raise ValueError(f"search.round_size is {self.round_size}, more than search.num_samples "
                              f"({self.num_samples}): a round cannot hold more trials than the search; allowed: 1 "
                              f"to {self.num_samples}")
+        if problem := saturation_problem(self.saturation, self.num_samples, self.round_size):
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="before")

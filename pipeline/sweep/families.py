@@ -45,6 +45,7 @@ from typing import Any, Union
 from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import Searcher
 
+from pipeline.sweep.saturation import Pool, rising
 from pipeline.sweep.scheduling import NUMBER_TAG, REPEAT_TAG, BudgetAwareOptunaSearch, ResumableASHA
 
 FAMILY_KEY = "family"  # the config key naming a trial's family; never a model or training argument
@@ -98,10 +99,15 @@ class FamilySearcher(Searcher):
     """
 
     def __init__(self, searchers: Mapping[Any, BudgetAwareOptunaSearch], budgets: Mapping[Any, int],
-                 max_concurrent: int, metric: str, mode: str, round_size: int, rounds_in_flight: int = 1) -> None:
+                 max_concurrent: int, metric: str, mode: str, round_size: int, rounds_in_flight: int = 1,
+                 pools: Mapping[Any, Pool] | None = None, rise: float = 0.0) -> None:
         super().__init__(metric=metric, mode=mode)
         self._searchers = {_unit(k): s for k, s in searchers.items()}
         self._budgets = {_unit(k): int(n) for k, n in budgets.items()}
+        # search.saturation (pipeline.sweep.saturation): a unit's budget grows by rounds from its
+        # group's pool while its curve rises; without pools each unit has its fixed budget
+        self._pools: dict[Unit, Pool] = {_unit(k): pool for k, pool in (pools or {}).items()}
+        self._rise = rise
         self._max_concurrent = max_concurrent
         self._round_size = round_size
         self._in_flight = rounds_in_flight
@@ -118,7 +124,7 @@ class FamilySearcher(Searcher):
         # Unpickled by Tuner.restore: a searcher saved before rounds in flight had one, and recorded
         # no trial's round (each then belongs to the oldest round: _tell_ended_rounds); one saved
         # before the work-left order knows no trial's run time.
-        self.__dict__.update({"_in_flight": 1, "_round_of": {}, **state})
+        self.__dict__.update({"_in_flight": 1, "_round_of": {}, "_pools": {}, "_rise": 0.0, **state})
         self._seconds = {u: list(self.__dict__.get("_seconds", {}).get(u, [])) for u in self._searchers}
 
     @property
@@ -135,7 +141,41 @@ class FamilySearcher(Searcher):
 
     @property
     def total_samples(self) -> int:
+        """The most trials the searches may run: every budget, or every pool's whole budget."""
         return sum(self._budgets.values())
+
+    def _budget(self, unit: Unit) -> int:
+        """Trials the unit may propose so far: its fixed budget, or what its pool granted it."""
+        pool = self._pools.get(unit)
+        return self._budgets[unit] if pool is None else pool.budget(unit)
+
+    def _exhausted(self, unit: Unit) -> bool:
+        """Whether the unit will propose nothing more: its budget spent, or stopped by its pool."""
+        pool = self._pools.get(unit)
+        return self._given[unit] >= self._budgets[unit] if pool is None else pool.done(unit)
+
+    def stop_reason(self, unit: Unit) -> str | None:
+        """Why a saturating unit stopped (flattened, cap, budget); None without a pool or while it runs."""
+        pool = self._pools.get(unit)
+        return None if pool is None else pool.reason.get(unit)
+
+    def unit_scores(self, unit: Unit) -> list[float]:
+        """Each told, not failed trial's best reported validation score (every epoch it reported):
+        the scores the report's expected-best curve is drawn from."""
+        from optuna.trial import TrialState
+
+        best = max if self.mode == "max" else min
+        trials = self._searchers[unit]._ot_study.get_trials(deepcopy=False)
+        return [best(t.intermediate_values.values()) for t in trials
+                if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and t.intermediate_values]
+
+    def _ask_pool(self, unit: Unit) -> None:
+        """Once a saturating unit has told every trial it was given, its pool decides its next round."""
+        pool = self._pools.get(unit)
+        if pool is None or pool.done(unit) or self._live[unit] or self._held[unit]:
+            return
+        if self._given[unit] == self._told[unit] == pool.budget(unit):
+            pool.ask(unit, rising(self.unit_scores(unit), self.mode, self._rise))
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
         # Each unit's study was built with the experiment's metric and mode: nothing to change.
@@ -144,11 +184,11 @@ class FamilySearcher(Searcher):
     def _round_end(self, unit: Unit) -> int:
         """How many trials the unit may have proposed until its oldest untold round is told:
         that round and the `rounds_in_flight` - 1 after it."""
-        return min(self._budgets[unit], self._told[unit] + self._in_flight * self._round_size)
+        return min(self._budget(unit), self._told[unit] + self._in_flight * self._round_size)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None | str:
         units = list(self._searchers)
-        if all(self._given[u] >= self._budgets[u] for u in units):
+        if all(self._exhausted(u) for u in units):
             return Searcher.FINISHED
         for unit in self._by_work_left():
             if self._given[unit] >= self._round_end(unit) or len(self._live[unit]) >= self._max_concurrent:
@@ -185,7 +225,7 @@ class FamilySearcher(Searcher):
 
         def work_left(unit: Unit) -> float:
             seconds = self._seconds[unit]
-            return (self._budgets[unit] - self._given[unit]) * (sum(seconds) / len(seconds) if seconds else default)
+            return (self._budget(unit) - self._given[unit]) * (sum(seconds) / len(seconds) if seconds else default)
         return sorted(turn, key=work_left, reverse=True)  # stable: round robin among equals
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
@@ -215,6 +255,7 @@ class FamilySearcher(Searcher):
             if any(self._round_of.get(t, oldest) == oldest for t in self._live[unit]) \
                     or not self._end_round(unit, oldest):
                 return
+        self._ask_pool(unit)
 
     def _end_round(self, unit: Unit, oldest: int) -> int:
         """Tell the study the round's results in trial-number order; returns how many were told."""
@@ -230,8 +271,8 @@ class FamilySearcher(Searcher):
         """Whether every repeat of `family` has proposed its whole budget and told its study every
         trial's end: its studies will not change again in this run."""
         units = [u for u in self._searchers if u[0] == family]
-        return bool(units) and all(self._given[u] == self._budgets[u] == self._told[u] and not self._live[u]
-                                   and not self._held[u] for u in units)
+        return bool(units) and all(self._exhausted(u) and self._given[u] == self._budget(u) == self._told[u]
+                                   and not self._live[u] and not self._held[u] for u in units)
 
     def live_trials(self) -> dict[str, int]:
         """{family: trials proposed and not yet complete}, over the family's repeats."""
@@ -243,7 +284,7 @@ class FamilySearcher(Searcher):
     # Tune saves the searcher with the experiment state and restores it into the unpickled one.
     # Every unit's study state is saved with the bookkeeping; OptunaSearch's own save/restore
     # is the same copy of its __dict__.
-    _STATE = ("_given", "_told", "_live", "_held", "_unit_of", "_round_of", "_cursor", "_seconds")
+    _STATE = ("_given", "_told", "_live", "_held", "_unit_of", "_round_of", "_cursor", "_seconds", "_pools")
 
     def save(self, checkpoint_path: str) -> None:
         state = {name: getattr(self, name) for name in self._STATE}
@@ -263,6 +304,7 @@ class FamilySearcher(Searcher):
             state["_held"] = {u: {} for u in state["_given"]}
         state.setdefault("_round_of", {})  # saved before rounds in flight: one round, its trials all oldest
         state.setdefault("_seconds", {u: [] for u in self._searchers})  # saved before the work-left order
+        state.setdefault("_pools", self._pools)  # saved before saturation: the pools as built
         for name in self._STATE:
             setattr(self, name, state[name])
         for unit, study_state in state["studies"].items():

@@ -192,6 +192,7 @@ def summarise(dataset: str, family: str, metric: str, mode: str, space: Any, p: 
         "dataset": dataset, "family": family, "metric": metric, "mode": mode, **outcome,
         "trial_seed": trial_seed, "sampler_seed": sampler_seed, "repeat": repeat, "selection": TIE_RULE,
         "min_steps": p.min_steps,
+        **({"saturation": p.saturation.model_dump()} if p.saturation.enabled else {}),
         "n_trials": len(records), "n_failed": sum(r["status"] == "error" for r in records),
         "reference": space.reference_for(dataset), "mlflow_parent_run_id": parent, "trials": records,
     }

@@ -324,7 +324,8 @@ def _run(root: Path, group: list[_Part], p: SearchParams, mode: str, path: str, 
         return family_record(root, part.dataset, p, part.meta, plan, tracking.MlflowClient(part.client.tracking_uri),
                              part.exp_id, path, *ran, list(results))
     # A family's record while the others still run: database servers only, and not a resumed run
-    early = EarlyRecords(record, {key: p.num_samples * p.repeats for key in jobs}, workers) \
+    least = p.saturation.min_trials if p.saturation.enabled else p.num_samples  # a saturating search may stop there
+    early = EarlyRecords(record, {key: least * p.repeats for key in jobs}, workers) \
         if workers > 1 and not resumed else None
     with graceful_tune() as interrupt:  # from here a signal stops Tune gracefully; checked below
         if resumed:

@@ -17,6 +17,7 @@ from pipeline.progress.model import Rungs
 from pipeline.sweep.context import TrialContext
 from pipeline.sweep.families import FamilyScheduler, FamilySearcher, family_of
 from pipeline.sweep.plans import FamilyPlan
+from pipeline.sweep.saturation import Pool
 from pipeline.sweep.records import METRIC
 from pipeline.sweep.scheduling import HistorySource, ResumableASHA, make_searcher
 from pipeline.sweep.trial import run_family_trial
@@ -56,6 +57,23 @@ def asha_rules(p: SearchParams) -> Rungs:
                  p.rounds_in_flight * p.round_size, p.repeats)
 
 
+def saturation_pools(units: list[tuple[str, int]], p: SearchParams) -> dict[tuple[str, int], Pool]:
+    """With `search.saturation` on, one Pool per dataset and repeat over its units (in the plans'
+    order, params.yaml's), holding num_samples trials per unit; {} when it is off. A unit's key
+    is its family, or "<dataset>/<family>" when datasets share the run."""
+    if not p.saturation.enabled:
+        return {}
+    groups: dict[tuple[str, int], list[tuple[str, int]]] = {}
+    for key, repeat in units:
+        groups.setdefault((key.rpartition("/")[0], repeat), []).append((key, repeat))
+    pools = {}
+    for members in groups.values():
+        pool = Pool(members, p.saturation.min_trials, p.saturation.max_trials, p.num_samples * len(members),
+                    p.round_size)
+        pools.update({unit: pool for unit in members})
+    return pools
+
+
 def unit_seeds(p: SearchParams, repeat: int) -> tuple[int, int]:
     """(sampler seed, trial seed) of a search repeat: repeat 0 is the search as `search` sets it."""
     return p.sampler_seed + repeat, p.trial_seed + repeat
@@ -76,7 +94,8 @@ def new_tuner(plans: list[FamilyPlan], contexts: dict[str, TrialContext], data: 
                 HistorySource(ctx.tracking_uri, ctx.experiment_id, ctx.parent_run_id, METRIC, repeat),
                 round_size=p.round_size, rounds_in_flight=p.rounds_in_flight, **_asha_args(p))
     searcher = FamilySearcher(searchers, {unit: p.num_samples for unit in searchers}, p.max_concurrent, METRIC, mode,
-                              round_size=p.round_size, rounds_in_flight=p.rounds_in_flight)
+                              round_size=p.round_size, rounds_in_flight=p.rounds_in_flight,
+                              pools=saturation_pools(list(searchers), p), rise=p.saturation.rise)
     return tune.Tuner(
         trainable(contexts, data, plans, trial_fn),
         # reuse_actors: a trial process (torch, the models and the dataset already loaded) runs the

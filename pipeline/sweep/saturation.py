@@ -1,0 +1,117 @@
+"""Searches that go on while they still gain (`search.saturation`), within one budget of trials.
+
+A family's search (a unit: family and repeat, pipeline.sweep.families) first runs `min_trials`
+trials. Each time it has told its study every trial it was given, it asks for one more round:
+
+- it stops, *flattened*, when its curve no longer rises: the expected best validation score of
+  all its completed trials beats that of half of them by no more than `rise` of its value
+  (Dodge et al. 2019, Eq. 1: pipeline.reporting.show_your_work, the curve behind the report's ↑);
+- it stops at the *cap* when it has `max_trials`;
+- otherwise it asks the pool for a round, and stops on the *budget* if the pool cannot give one.
+
+The pool holds one budget of trials per dataset and repeat: `num_samples` x its families, minus
+the first `min_trials` of each. It is counted in trials of at most `search.epochs` epochs, i.e.
+in trial-epochs at ASHA's max_t: a round's cost is known when it is granted, so no grant waits
+on how many epochs ASHA let the last round's trials run, and a slow family's trial costs the same
+share as a fast one's (the comparison stays fair by construction). Seconds would make the budget
+depend on the machine and its load.
+
+Why grants wait sometimes. Units end their rounds in an order set by timing, and a pool shared by
+units must not be spent first come, first served: the same results would then give other
+searches on a loaded machine. Requests are granted as if taken in a fixed order of priority, the
+round asked for first and the units' order (params.yaml's) among equals: a request is granted at
+once when the pool covers it and every request of higher priority that may still come, refused
+when the pool cannot hold a round, and otherwise waits until those requests are made or
+forgone. The unit's slots go meanwhile to the other units' trials. So every decision depends on
+the units' told results alone, never on when they arrived (tests/test_saturation.py).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Hashable, Sequence
+
+ACTIVE, WAITING, STOPPED = "active", "waiting", "stopped"
+FLATTENED, CAP, BUDGET = "flattened", "cap", "budget"
+
+
+def rising(scores: Sequence[float], mode: str, rise: float) -> bool:
+    """Whether the expected best of all `scores` beats the expected best of half of them by more
+    than `rise` of its value (fewer than two scores: nothing to compare, not rising)."""
+    from pipeline.reporting.show_your_work import expected_max
+
+    if len(scores) < 2:
+        return False
+    full, half = expected_max(list(scores), len(scores), mode), expected_max(list(scores), math.ceil(len(scores) / 2), mode)
+    gain = full - half if mode == "max" else half - full
+    return gain > rise * abs(full)
+
+
+class Pool:
+    """Extension rounds for one group of units, granted in the fixed order of priority (module
+    docstring). `units` in priority order among equal rounds; `base`, `cap`: trials per unit
+    before its first request and at most; `total`: the group's budget of trials."""
+
+    def __init__(self, units: Sequence[Hashable], base: int, cap: int, total: int, round_size: int) -> None:
+        self.units = list(units)
+        self.round_size = round_size
+        self.base = base
+        self.max_rounds = (cap - base) // round_size
+        self.left = total - base * len(self.units)
+        self.granted = {u: 0 for u in self.units}
+        self.state = {u: ACTIVE for u in self.units}
+        self.reason: dict[Hashable, str] = {}
+
+    def budget(self, unit: Hashable) -> int:
+        """Trials the unit may propose so far."""
+        return self.base + self.granted[unit] * self.round_size
+
+    def ask(self, unit: Hashable, still_rising: bool) -> list[Hashable]:
+        """The unit has told every trial of its budget: stop it, or queue its request for one more
+        round. Returns the units whose budget grew (granted now, this one or others waiting)."""
+        if self.state[unit] != ACTIVE:
+            return []
+        if not still_rising:
+            self._stop(unit, FLATTENED)
+        elif self.granted[unit] >= self.max_rounds:
+            self._stop(unit, CAP)
+        else:
+            self.state[unit] = WAITING
+        return self.settle()
+
+    def done(self, unit: Hashable) -> bool:
+        return self.state[unit] == STOPPED
+
+    def _stop(self, unit: Hashable, reason: str) -> None:
+        self.state[unit], self.reason[unit] = STOPPED, reason
+
+    def _priority(self, unit: Hashable) -> tuple[int, int]:
+        return self.granted[unit] + 1, self.units.index(unit)
+
+    def _may_still_ask(self, other: Hashable, before: tuple[int, int]) -> int:
+        """Rounds `other` may still ask for with a priority above `before`, not yet decided."""
+        if self.state[other] == STOPPED:
+            return 0
+        last = before[0] if self.units.index(other) < before[1] else before[0] - 1  # its highest round above
+        return max(0, min(last, self.max_rounds) - self.granted[other])
+
+    def settle(self) -> list[Hashable]:
+        """Decide every waiting request that can be decided now, in priority order."""
+        grown: list[Hashable] = []
+        changed = True
+        while changed:
+            changed = False
+            for unit in sorted((u for u in self.units if self.state[u] == WAITING), key=self._priority):
+                if self.left < self.round_size:
+                    self._stop(unit, BUDGET)
+                    changed = True
+                    continue
+                mine = self._priority(unit)
+                ahead = sum(self._may_still_ask(v, mine) for v in self.units if v != unit)
+                if self.left >= self.round_size * (1 + ahead):
+                    self.granted[unit] += 1
+                    self.left -= self.round_size
+                    self.state[unit] = ACTIVE
+                    grown.append(unit)
+                    changed = True
+        return grown

@@ -1,0 +1,137 @@
+"""search.saturation: a family's search goes on while its expected best still rises, within one
+budget of trials; the pool's grants do not depend on the order in which rounds end."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from ray.tune.search import Searcher
+
+from pipeline.config.params import load_params
+from pipeline.errors import ConfigError
+from pipeline.sweep.families import FAMILY_KEY, TRIAL_NUMBER_KEY, FamilySearcher
+from pipeline.sweep.saturation import BUDGET, CAP, FLATTENED, Pool, rising
+from pipeline.sweep.scheduling import make_searcher
+
+
+def test_rising_reads_the_expected_best_curve() -> None:
+    assert not rising([0.9, 0.9, 0.9, 0.9], "max", 0.01)  # every trial the same: nothing to gain
+    assert rising([0.1, 0.2, 0.3, 0.9], "max", 0.01)  # the best is one lucky trial: more would help
+    assert not rising([0.1, 0.2, 0.3, 0.9], "max", 0.5)  # ... unless the share asked for is large
+    assert rising([0.9, 0.8, 0.7, 0.1], "min", 0.01) and not rising([0.5], "max", 0.01)
+
+
+def ordered(answers: dict[str, list[bool]], base: int, cap: int, total: int, size: int) -> tuple[dict, dict]:
+    """The grants taken one by one in priority order (round asked for, then the units' order):
+    what the Pool must decide whatever order the requests come in."""
+    units = list(answers)
+    left, granted, reason = total - base * len(units), dict.fromkeys(units, 0), {}
+    for r in range(1, (cap - base) // size + 2):
+        for u in units:
+            if u in reason:
+                continue
+            if not answers[u][r - 1]:
+                reason[u] = FLATTENED
+            elif r > (cap - base) // size:
+                reason[u] = CAP
+            elif left < size:
+                reason[u] = BUDGET
+            else:
+                granted[u] += 1
+                left -= size
+    return granted, reason
+
+
+def raced(answers: dict[str, list[bool]], base: int, cap: int, total: int, size: int, rng: random.Random
+          ) -> tuple[dict, dict]:
+    """The Pool driven with rounds ending in a random order: any active unit may be the next to
+    tell its whole budget and ask."""
+    pool = Pool(list(answers), base, cap, total, size)
+    asked = dict.fromkeys(answers, 0)
+    while True:
+        ready = [u for u in answers if pool.state[u] == "active"]
+        if not ready:
+            assert all(pool.done(u) for u in answers), "a request still waits with nobody left to decide it"
+            return dict(pool.granted), dict(pool.reason)
+        unit = rng.choice(ready)
+        pool.ask(unit, answers[unit][asked[unit]])
+        asked[unit] += 1
+
+
+@pytest.mark.parametrize("total", [16, 20, 24, 30, 40])
+def test_the_pool_grants_as_the_fixed_order_would_whatever_order_rounds_end(total: int) -> None:
+    answers = {"a": [True] * 4, "b": [False] * 4, "c": [True, False, True, True], "d": [True] * 4}
+    expected = ordered(answers, 4, 10, total, 2)
+    rng = random.Random(total)
+    for _ in range(200):
+        assert raced(answers, 4, 10, total, 2, rng) == expected
+    granted, reason = expected
+    assert sum(granted.values()) * 2 <= total - 16  # never past the budget
+    assert all(4 + 2 * g <= 10 for g in granted.values())  # never past the cap
+
+
+def test_flattened_families_give_their_share_to_rising_ones() -> None:
+    granted, reason = ordered({"a": [True] * 4, "b": [False] * 4, "c": [False] * 4}, 4, 16, 18, 2)
+    assert reason["b"] == reason["c"] == FLATTENED and granted["a"] == 3 and reason["a"] == BUDGET
+    assert raced({"a": [True] * 6, "b": [False] * 6, "c": [False] * 6}, 4, 16, 18, 2, random.Random(0)) == (granted, reason)
+
+
+def _space(trial) -> None:
+    trial.suggest_float("lr", 1e-4, 1e-1, log=True)
+
+
+def _serve(scores: dict[str, float | None], total: int, order: str, slots: int) -> tuple[dict, list]:
+    """A saturating FamilySearcher driven to its end: each family's trials score as `scores` says
+    (a constant: flat; None: each trial better than the last, still rising); trials end oldest
+    first or newest first. Returns ({family: trials}, every proposal as (family, number, lr))."""
+    families = list(scores)
+    searchers = {f: make_searcher(_space, None, "val_metric", "max", seed=i, n_startup_trials=1, max_epochs=3)
+                 for i, f in enumerate(families)}
+    pool = Pool([(f, 0) for f in families], 4, 10, total, 2)
+    s = FamilySearcher(searchers, dict.fromkeys(families, total // len(families)), 2, "val_metric", "max",
+                       round_size=2, pools={(f, 0): pool for f in families}, rise=0.01)
+    proposals, live, n = [], [], 0
+    while True:
+        got = s.suggest(f"t{n}") if len(live) < slots else None
+        if isinstance(got, dict):
+            proposals.append((got[FAMILY_KEY], got[TRIAL_NUMBER_KEY], got["lr"]))
+            live.append((f"t{n}", got))
+            n += 1
+            continue
+        if got == Searcher.FINISHED and not live:
+            break
+        assert live, "the searcher waits with no trial running"
+        trial_id, config = live.pop(0 if order == "oldest" else -1)
+        value = scores[config[FAMILY_KEY]]
+        value = 0.1 + 0.08 * config[TRIAL_NUMBER_KEY] if value is None else value
+        s.on_trial_complete(trial_id, {"val_metric": value, "epoch": 3, "training_iteration": 3})
+    trials = {f: sum(1 for g, _, _ in proposals if g == f) for f in families}
+    assert all(s.finished(f) for f in families)
+    return trials, sorted(proposals)
+
+
+def test_a_saturating_search_stops_flat_families_and_feeds_rising_ones_within_the_budget() -> None:
+    scores = {"flat": 0.8, "rising": None, "also_rising": None}
+    trials, proposals = _serve(scores, 18, "oldest", 2)
+    assert trials["flat"] == 4  # its curve never rose: stopped after the first rounds
+    assert sum(trials.values()) <= 18 and all(t <= 10 for t in trials.values())
+    assert trials["rising"] + trials["also_rising"] == 14  # the flat family's share went to them
+    for order, slots in (("newest", 2), ("oldest", 1), ("newest", 3)):
+        assert _serve(scores, 18, order, slots) == (trials, proposals)  # the same, however rounds end
+
+
+@pytest.mark.parametrize(("saturation", "words"), [
+    ("{enabled: true, min_trials: 3}", "saturation.min_trials is 3, not a whole number of rounds of 2"),
+    ("{enabled: true, min_trials: 8}", "the budget cannot hold the first rounds of every family"),
+    ("{enabled: true, max_trials: 4}", "saturation.max_trials is 4, below num_samples (6)"),
+    ("{rise: 0}", "`search.saturation.rise`: Input should be greater than 0"),
+])
+def test_bad_saturation_settings_are_refused_in_one_line(tmp_path: Path, saturation: str, words: str) -> None:
+    params = tmp_path / "params.yaml"
+    params.write_text("datasets: [d]\nfamilies: [cfc]\nprepare: {d: {kind: xor}}\n"
+                      f"search: {{num_samples: 6, round_size: 2, saturation: {saturation}}}\n")
+    with pytest.raises(ConfigError) as err:
+        load_params(params)
+    assert words in str(err.value) and "\n" not in str(err.value)
