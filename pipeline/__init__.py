@@ -14,6 +14,7 @@ checks every import of the package against it and against each subpackage's `Imp
     config               params.yaml: each stage's section, the dataset kinds, training protocol
     data, spaces         fetch and prepare (the processed-dataset contract); search spaces
     training, profiles   the one training loop and metrics; the papers' reproduction profiles
+    comparison           what is best and whether it is decided: ties, Welch, TOST, expected best
     serving              trained models as MLflow pyfunc models; `ctsweep predict`
     sweep, families      the search stage; checking and scaffolding a user's own family
     final                the final stage: the best configurations over fresh seeds
@@ -63,6 +64,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("config",),
     ("data", "spaces"),
     ("training", "profiles"),
+    ("comparison",),
     ("serving",),
     ("sweep", "families"),
     ("final",),

@@ -135,3 +135,46 @@ def test_bad_saturation_settings_are_refused_in_one_line(tmp_path: Path, saturat
     with pytest.raises(ConfigError) as err:
         load_params(params)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_report_says_how_many_trials_a_still_rising_search_had() -> None:
+    from pipeline.reporting.marks import NOT_SATURATED, Mark
+    from pipeline.reporting.show_your_work import saturation_detail
+
+    mark = Mark(NOT_SATURATED, "expected best 90.00 at 8 trials, 95.00 at 16")
+    capped = saturation_detail(mark, {"n_trials": 16, "saturation": {"max_trials": 16}})
+    assert capped.detail.endswith("(16 trials: still rising at the cap of 16)")
+    short = saturation_detail(mark, {"n_trials": 10, "saturation": {"max_trials": 16}})
+    assert short.detail.endswith("(10 trials: still rising when the dataset's budget ran out)")
+    assert saturation_detail(mark, {"n_trials": 6}) == mark  # a search without saturation: as it was
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_real_saturating_search_stays_within_its_budget_and_records_it(project: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        local_ray: None) -> None:
+    import json
+
+    from pipeline.config import SearchParams, XorParams
+    from pipeline.config.saturation import SaturationParams
+    from pipeline.data.contract import save_dataset
+    from pipeline.data.kinds.xor import build as build_xor
+    from pipeline.reporting.show_your_work import trial_scores
+    from pipeline.stores.paths import processed_dir, search_result_path
+    from pipeline.sweep.search import search_many
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    save_dataset(processed_dir(project, "x"), build_xor("x", XorParams(kind="xor", n_train=64, n_test=16, seed=5)))
+    saturation = SaturationParams(enabled=True, min_trials=2, max_trials=6, rise=0.01)
+    p = SearchParams(num_samples=4, round_size=2, max_concurrent=2, epochs=2, n_startup_trials=1, saturation=saturation)
+    families = ["cfc", "lstm_dt"]
+    records = search_many(project, "x", families, p)
+    assert sum(r["n_trials"] for r in records.values()) <= 8  # 4 trials a family: one budget for both
+    for family, r in records.items():
+        assert r["status"] == "ok" and r["saturation"] == saturation.model_dump()
+        assert 2 <= r["n_trials"] <= 6 and r["n_trials"] % 2 == 0  # whole rounds, within the cap
+        assert json.loads(search_result_path(project, "x", family).read_text()) == r
+        if r["n_trials"] == 2:  # stopped after its first round: the pool saw a flat curve
+            assert not rising(trial_scores(r), "max", 0.01)

@@ -12,7 +12,7 @@ import torch
 from pipeline.data.contract import Meta
 from pipeline.final.counts import count_metrics, counts_from_metrics, split_summary, summed_counts
 from pipeline.reporting.tables import tie_lines
-from pipeline.reporting.ties import UNCOUNTED_NOTE, best_family, tied_at_top, uncounted_note
+from pipeline.comparison.ties import UNCOUNTED_NOTE, best_family, tied_at_top, uncounted_note
 from pipeline.training.metrics import counts, score
 
 # The default run's four families at 266 of 270 validation series (54 series x 5 seeds), each

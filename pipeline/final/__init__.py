@@ -5,7 +5,10 @@ seeds of all of a dataset's families spread over Ray at once.
     seeds.py    one seed as a Ray task, and all the seeds spread over the cluster
     resume.py   an interrupted stage found again: its MLflow parent run, its finished seeds
     repeats.py  the search's own variance: each search repeat's best, the spread of their means
+    counts.py   accuracy's (correct, scored) counts per seed, and the exact means made of them
+    race.py     `final.race`: one look at a dataset's seeds (separated, equivalent or open)
+    racing.py   the race in the stage: provisional records after each round, the seeds it asks for
 
-Imports: errors, names, runtime, stores, progress, models, config, data, spaces, training, serving, sweep.
+Imports: errors, names, runtime, stores, progress, models, config, data, spaces, training, comparison, serving, sweep.
 Import-free: import the module you need (`from pipeline.final.stage import final_many`).
 """

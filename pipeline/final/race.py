@@ -1,8 +1,8 @@
 """Racing the final seeds (`final.race`): more seeds where the comparison is still open.
 
 After the configured seeds, each look at a dataset's results takes the best family on validation
-(pipeline.reporting.ties) and tests every other family against it on the per-seed test scores,
-as the verdict does (pipeline.reporting.stats.decide): separated (Welch), shown equivalent within
+(pipeline.comparison.ties) and tests every other family against it on the per-seed test scores,
+as the verdict does (pipeline.comparison.pairs.decide): separated (Welch), shown equivalent within
 the margin (TOST), or open. While a family is open and below `max_seeds`, it and the best gain
 `seeds_per_round` seeds and the dataset is looked at again; the race of a dataset ends when no
 family is open, or every open one (or the best) is at the cap.
@@ -43,8 +43,8 @@ def look(records: dict[str, dict[str, Any]], p: RaceParams, base: int) -> Look:
     """Decide one look from provisional records ({family: record with `metric`, `mode`,
     `val_mean`, `val_loss_mean`, optional `val_counts`, and `seeds`: [{"test": score}, ...]}, the
     non-failed families only); `base`: the configured seeds (alpha per look depends on it)."""
-    from pipeline.reporting.stats import decide
-    from pipeline.reporting.ties import best_family
+    from pipeline.comparison.pairs import decide
+    from pipeline.comparison.ties import best_family
 
     best = best_family(records)
     if best is None or len(records) < 2:

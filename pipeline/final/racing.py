@@ -20,7 +20,6 @@ from pipeline.final import resume as final_resume
 from pipeline.final.counts import split_summary, summed_counts
 from pipeline.final.plans import Part, Plan
 from pipeline.final.race import Look, look, more_seeds, race_summary
-from pipeline.reporting.marks import is_failed
 
 
 def _nominal(plan: Plan) -> list[Any]:
@@ -65,7 +64,7 @@ class Race:
             return []
         dataset = self.part.inputs.dataset
         plans = {plan.family: plan for plan in self.part.plans if (dataset, plan.family) not in failed}
-        records = {f: r for f, r in self.part.records.items() if not is_failed(r) and f not in plans}
+        records = {f: r for f, r in self.part.records.items() if r.get("status") != "failed" and f not in plans}
         for family, plan in plans.items():
             record = provisional(plan, trained[(dataset, family)])
             if record is None:

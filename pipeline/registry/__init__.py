@@ -2,5 +2,5 @@
 `ctsweep-<dataset>`, and the rule that decides whether it takes the alias `champion`
 (promote.py).
 
-Imports: errors, runtime, stores, config, reporting.
+Imports: errors, runtime, stores, config, comparison, reporting.
 """

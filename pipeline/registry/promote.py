@@ -45,7 +45,7 @@ from pipeline.reporting.marks import (MOSTLY_FAILED, NO_BETTER_THAN_TRIVIAL, NOT
 from pipeline.reporting.status import datasets, read_metrics
 from pipeline.reporting.provenance import git_commit
 from pipeline.reporting.records import read_final
-from pipeline.reporting.ties import best_family
+from pipeline.comparison.ties import best_family
 from pipeline.reporting.stats import welch
 from pipeline.reporting.tables import fmt
 from pipeline.stores.schema import DATA_PROVENANCE, FINAL_FOR_PROMOTE

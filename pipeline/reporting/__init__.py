@@ -11,7 +11,7 @@ stand under every table: trivial.py), the classical reference row beneath them
 and `ctsweep compare`, which names the first difference between two project roots' results,
 a difference of machine before any (compare.py). `promote` uses the same marks to refuse a candidate.
 
-Imports: errors, runtime, stores, progress, config, data, training, sweep (budget.MIN_STEPS, the step floor the not-converged rule
+Imports: errors, runtime, stores, progress, config, data, training, comparison, sweep (budget.MIN_STEPS, the step floor the not-converged rule
 shares with training; metrics.score, which scores the trivial baselines as trials are scored; data.contract,
 the processed splits the trivial baselines read; sensitivity.MIN_TRIALS, the fewest trials an importance is
 shown from).

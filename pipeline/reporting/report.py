@@ -79,7 +79,7 @@ from pipeline.reporting.records import collect, read_search, split
 from pipeline.reporting.references import References, load_references
 from pipeline.reporting.search_gain import Gain, search_gain
 from pipeline.reporting.status import BASELINES, MACHINES, VERDICTS
-from pipeline.reporting.ties import best_family
+from pipeline.comparison.ties import best_family
 from pipeline.reporting.verdict import dataset_verdict
 from pipeline.reporting.tables import (data_lines, provenance_lines, references_lines, repeated, results_table,
                                        robustness_lines, sensitivity_lines, welch_vs_best)
@@ -311,7 +311,7 @@ def report(root: Path, datasets: list[str], families: list[str]) -> dict[str, An
         metric = next(iter(finals[d].values()))["metric"]
         for f, rows in curves.items():
             mark = show_your_work.not_saturated(rows, _mode(finals[d]), metric)
-            marks[d][f] += [mark] if mark else []
+            marks[d][f] += [show_your_work.saturation_detail(mark, searches[d][f])] if mark else []
     baselines = {d: trivial.dataset_baselines(root, d) for d in datasets}
     classical_refs = {d: classical.read_reference(root, d) for d in datasets}
     vs_trivial = {}

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.comparison.expected_best import _expected_max_rows, expected_max
+
 from pipeline.reporting.marks import NOT_SATURATED, SATURATION_SHARE, Mark
 from pipeline.reporting.numbers import fmt
 
@@ -37,24 +39,6 @@ BOOTSTRAP = 500  # resamples behind the band
 BAND = (5.0, 95.0)  # percentiles of the band
 SEED = 0  # of the bootstrap: the same records give the same band
 MIN_TRIALS = 2  # fewer completed trials compare nothing
-
-
-def _weights(size: int, n: int) -> np.ndarray:
-    """P(the best of n draws is the i-th smallest of `size` values), i = 1 .. size: (size,)."""
-    i = np.arange(1, size + 1, dtype=np.float64)
-    return (i / size) ** n - ((i - 1) / size) ** n
-
-
-def _expected_max_rows(values: np.ndarray, n: int, mode: str) -> np.ndarray:
-    """expected_max of every row of values (R, N) at once: (R,)."""
-    sign = 1.0 if mode == "max" else -1.0
-    return sign * (np.sort(sign * values, axis=-1) @ _weights(values.shape[-1], n))
-
-
-def expected_max(values: list[float] | np.ndarray, n: int, mode: str = "max") -> float:
-    """E[best of n draws with replacement] from the empirical distribution of `values` (Dodge
-    Eq. 1); `mode` "min": the expected minimum. values: (N,), n >= 1."""
-    return float(_expected_max_rows(np.asarray(values, dtype=np.float64)[None, :], n, mode)[0])
 
 
 def trial_scores(search: dict[str, Any]) -> list[float]:
@@ -88,3 +72,15 @@ def not_saturated(rows: list[dict[str, float]], mode: str, metric: str) -> Mark 
         return None
     return Mark(NOT_SATURATED, f"expected best {fmt(half, None, metric)} at {math.ceil(len(rows) / 2)} trials, "
                                f"{fmt(full, None, metric)} at {len(rows)}")
+
+
+def saturation_detail(mark: Mark, search: dict[str, Any]) -> Mark:
+    """The ↑ mark of a search run with `search.saturation`: how many trials it had and what stopped
+    it still rising (the cap, or the dataset's budget spent on the other families)."""
+    settings = search.get("saturation")
+    if not settings:
+        return mark
+    n, repeats = search.get("n_trials", 0), max(1, len(search.get("repeats", [])))
+    cap = settings["max_trials"] * repeats
+    why = f"at the cap of {cap}" if n >= cap else "when the dataset's budget ran out"
+    return Mark(mark.mark, f"{mark.detail} ({n} trials: still rising {why})")

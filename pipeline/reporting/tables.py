@@ -15,7 +15,7 @@ from pipeline.reporting.paper_column import paper_cell, split_figures, unrun_lin
 from pipeline.reporting.marks import FAILED, NOT_CAUSAL, RULES, SYMBOLS, Mark, is_failed
 from pipeline.reporting.references import Figure, References
 from pipeline.reporting.search_gain import Gain
-from pipeline.reporting.ties import tied_at_top, uncounted_note
+from pipeline.comparison.ties import tied_at_top, uncounted_note
 from pipeline.reporting.stats import Welch, kendall_tau, ranking, welch
 from pipeline.sweep.sensitivity import MIN_TRIALS
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from pipeline.reporting.numbers import fmt
 from pipeline.reporting.paper_column import mean_interval
-from pipeline.reporting.stats import decide
+from pipeline.comparison.pairs import decide
 
 ALPHA = 0.05
 BETA = 0.2  # power 80 % for the seeds-needed estimate

@@ -23,11 +23,11 @@ DIGEST_KEY = "inputs_digest"  # in a result record: what it was computed from
 
 # The package paths each stage's dvc.yaml entry lists as deps (tests/test_concurrent_search.py checks it).
 SEARCH_CODE = ("models", "data/contract.py", "training", "spaces", "stores/staleness.py", "sweep",
-               "reporting/show_your_work.py")  # search.saturation reads the expected-best curve
+               "comparison")  # search.saturation reads the expected-best curve
 FINAL_CODE = ("models", "data/contract.py", "training", "final", "stores/staleness.py", "serving/pyfunc.py",
               "sweep/cluster.py", "sweep/context.py", "sweep/run_lookup.py",
               # the race's decisions (final.race): its settings, the tie rule and the tests
-              "config/race.py", "reporting/ties.py", "reporting/stats.py")
+              "config/race.py", "comparison")
 
 
 def code_digest(paths: Iterable[str]) -> str:

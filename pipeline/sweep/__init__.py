@@ -27,6 +27,8 @@
     distributed   data-parallel trials: a Tune trial that drives a Ray Train run of several workers
     cluster       connecting to Ray (RAY_ADDRESS or a local instance), resource and shared
                   storage checks before any trial starts (the final stage uses it too)
+    saturation    `search.saturation`: a family's search goes on while its expected best rises,
+                  its rounds granted from one budget per dataset in a fixed order of priority
     sensitivity   each search's Optuna study, persisted; fANOVA hyperparameter importances
     run_lookup    finding MLflow runs again after a restart (a trial's run, an unfinished parent)
 
@@ -45,5 +47,5 @@ Import-free on purpose: importing pipeline.sweep loads no Ray, Optuna or MLflow;
 module you need (`from pipeline.sweep.search import search`). Within this package the modules
 import each other without a cycle (tests/test_layout.py checks it).
 
-Imports: errors, names, runtime, stores, progress, models, config, data, spaces, training.
+Imports: errors, names, runtime, stores, progress, models, config, data, spaces, training, comparison.
 """

@@ -5,7 +5,7 @@ trials. Each time it has told its study every trial it was given, it asks for on
 
 - it stops, *flattened*, when its curve no longer rises: the expected best validation score of
   all its completed trials beats that of half of them by no more than `rise` of its value
-  (Dodge et al. 2019, Eq. 1: pipeline.reporting.show_your_work, the curve behind the report's ↑);
+  (Dodge et al. 2019, Eq. 1: pipeline.comparison.expected_best, the curve behind the report's ↑);
 - it stops at the *cap* when it has `max_trials`;
 - otherwise it asks the pool for a round, and stops on the *budget* if the pool cannot give one.
 
@@ -38,7 +38,7 @@ FLATTENED, CAP, BUDGET = "flattened", "cap", "budget"
 def rising(scores: Sequence[float], mode: str, rise: float) -> bool:
     """Whether the expected best of all `scores` beats the expected best of half of them by more
     than `rise` of its value (fewer than two scores: nothing to compare, not rising)."""
-    from pipeline.reporting.show_your_work import expected_max
+    from pipeline.comparison.expected_best import expected_max
 
     if len(scores) < 2:
         return False

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pipeline.reporting.marks import is_failed
 
 ROUND_DIGITS = 9  # the comparison of float means where no counts were recorded (as before counts)
 UNCOUNTED_NOTE = ("Ties on validation are decided from the float means rounded to 9 digits: these records "
@@ -26,7 +25,8 @@ UNCOUNTED_NOTE = ("Ties on validation are decided from the float means rounded t
 
 
 def _ok(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {f: r for f, r in results.items() if not is_failed(r)}
+    """The records of families that did not fail (a failed record: every search trial failed)."""
+    return {f: r for f, r in results.items() if r.get("status") != "failed"}
 
 
 def counted(results: dict[str, dict[str, Any]]) -> bool:
