@@ -178,3 +178,21 @@ def test_a_real_saturating_search_stays_within_its_budget_and_records_it(project
         assert json.loads(search_result_path(project, "x", family).read_text()) == r
         if r["n_trials"] == 2:  # stopped after its first round: the pool saw a flat curve
             assert not rising(trial_scores(r), "max", 0.01)
+
+
+def test_the_terminator_comparison_replays_a_recorded_search() -> None:
+    from benchmarks.terminator_compare import replay
+
+    space = {"lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
+             "hidden_size": {"type": "int", "low": 8, "high": 64, "log": False, "step": 8},
+             "optimizer": {"type": "categorical", "choices": ["adam", "rmsprop"]}}
+    values = [0.5, 0.9, 0.6, 0.7, 0.95, 0.96, 0.96, 0.96]
+    trials = [{"number": i, "status": "ok", "best_val": v,
+               "config": {"lr": 10 ** (-4 + 0.4 * i), "hidden_size": 8 * (1 + i % 8), "optimizer": "adam", "batch_size": 32}}
+              for i, v in enumerate(values)]
+    rows = replay({"family": "f", "mode": "max", "space": space, "trials": trials}, error=1 / 54, rise=0.01)
+    assert [r["n"] for r in rows] == [4, 6, 8]
+    assert [r["best"] for r in rows] == [0.9, 0.96, 0.96]
+    # the expected-best rule: rising while the best is a lucky draw among weak trials, then flat
+    assert [r["expected_best_stops"] for r in rows] == [not rising(values[:n], "max", 0.01) for n in (4, 6, 8)]
+    assert all(isinstance(r["terminator_stops"], bool) and r["regret_bound"] >= 0 for r in rows)
