@@ -195,9 +195,10 @@ def report(root: Path = ROOT) -> None:
 @app.command("status")
 @_stage
 def status_command(root: Path = ROOT) -> None:
-    """One line per failed or marked cell of reports/metrics.json (not converged, best configuration
-    at the edge of its space, mostly failed search); exit status 1 if a cell failed, else 0. While a
-    search or final stage runs (from any terminal), its progress line first, read from MLflow."""
+    """Each dataset's verdict (the best family, or those tied at the top and whether they are
+    equivalent), then one line per failed or marked cell of reports/metrics.json (every mark of
+    docs/explanation/marks.md); exit status 1 if a cell failed, else 0. While a search or final
+    stage runs (from any terminal), its progress line first, read from MLflow."""
     from pipeline.reporting.status import status
 
     lines, code = status(project_root(root))

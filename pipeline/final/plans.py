@@ -156,7 +156,10 @@ def family_check(inputs: Inputs, family: str, p: FinalParams, only_stale: bool) 
     out = final_result_path(root, dataset, family)
     check_writable(out.parent)
     fp = final_resume.fingerprint(dataset, family, searched, p, inputs.dir)
-    digest = staleness.inputs_digest(fp, staleness.code_digest(staleness.FINAL_CODE))
+    # the race decides which seeds the record holds, not what any seed scores: in the record's
+    # digest (a changed race writes the record again), not in the fingerprint (finished seeds stay usable)
+    race = f":race={p.race.model_dump_json()}" if p.race.enabled else ""
+    digest = staleness.inputs_digest(fp + race, staleness.code_digest(staleness.FINAL_CODE))
     if only_stale and (current := staleness.current_record(out, digest)) is not None:
         return {**current, "up_to_date": True}  # the flag is for the caller; the file is untouched
     for _, config in repeats:

@@ -55,6 +55,7 @@ def search_fingerprint(dataset: str, family: str, p: SearchParams, space_file: P
     # defaults (no floor, one round in flight), and its fingerprint stays as it was
     unchanged = ({"min_steps"} if p.min_steps == 1 else set()) | {"fixed"}  # fixed: this family's own, below
     unchanged |= {"rounds_in_flight"} if p.rounds_in_flight == 1 else set()
+    unchanged |= {"saturation"} if not p.saturation.enabled else set()  # off: every search as before it existed
     own = p.fixed.get(family)
     adjusted = None if causal is None else {"params": {n: dataclasses.asdict(s) for n, s in causal.params.items()},
                                             "fixed": causal.fixed, "reference": causal.reference}
