@@ -78,3 +78,15 @@ def test_dataset_verdict_reads_the_race_and_the_classical_reference() -> None:
     assert "The classical reference MiniRocket (90.00) lies below" in v.line
     assert dataset_verdict(ok, None) is None
     assert v.as_json()["line"] == v.line
+
+
+def test_the_race_line_says_how_each_pair_ended() -> None:
+    from pipeline.reporting.verdict import race_line
+
+    race = {"enabled": True, "margin": 0.02, "max_seeds": 8, "alpha": 0.05, "max_looks": 4, "looks": 3,
+            "decisions": {"z": "equivalent", "y": "open at the cap"}}
+    ok = {"x": {"n_seeds": 8, "race": race}, "z": {"n_seeds": 6}, "y": {"n_seeds": 8}}
+    assert race_line(ok, "x") == ("Seeds raced (`final.race`: ±0.02, at most 8 seeds, alpha 0.05 over 4 looks): 3 "
+                                  "look(s); against x (8 seeds): z equivalent (6 seeds); y open at the cap (8 seeds).")
+    assert race_line({"x": {"n_seeds": 5, "race": {**race, "enabled": False}}}, "x") is None
+    assert race_line(ok, None) is None

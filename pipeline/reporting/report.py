@@ -80,7 +80,7 @@ from pipeline.reporting.references import References, load_references
 from pipeline.reporting.search_gain import Gain, search_gain
 from pipeline.reporting.status import BASELINES, MACHINES, VERDICTS
 from pipeline.comparison.ties import best_family
-from pipeline.reporting.verdict import dataset_verdict
+from pipeline.reporting.verdict import dataset_verdict, race_line
 from pipeline.reporting.tables import (data_lines, provenance_lines, references_lines, repeated, results_table,
                                        robustness_lines, sensitivity_lines, welch_vs_best)
 from pipeline.stores.schema import FINAL_FOR_REPORT
@@ -275,8 +275,9 @@ def results_markdown(finals: dict[str, dict[str, dict[str, Any]]], searches: dic
         table = results_table(dataset, results, best, refs, cited, marks[dataset],
                               lambda columns: trivial.trivial_rows(found, mode, metric, columns)
                               + classical.reference_rows(ref, metric, columns), gains)
-        decided = dataset_verdict(ok, best, ref)
-        lines += table[:2] + ([f"**Verdict:** {decided.line}", ""] if decided else []) + table[2:]
+        decided, raced = dataset_verdict(ok, best, ref), race_line(ok, best)
+        lines += table[:2] + ([f"**Verdict:** {decided.line}", ""] if decided else []) + \
+            ([raced, ""] if raced else []) + table[2:]
         lines += trivial.trivial_note(found) if dataset in baselines else []
         lines += classical.reference_note(ref, dataset, metric) if dataset in classical_refs else []
         lines += data_lines(provenance.get("data", {}).get(dataset))

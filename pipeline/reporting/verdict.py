@@ -152,3 +152,17 @@ def dataset_verdict(ok: dict[str, dict[str, Any]], best: str | None, reference: 
                    float(race.get("margin", DEFAULT_MARGIN)), float(race.get("alpha_per_look", ALPHA)),
                    None if shown is None else float(shown["test"]),
                    f"the classical reference {shown['classifier']}" if shown else "the classical reference")
+
+
+def race_line(ok: dict[str, dict[str, Any]], best: str | None) -> str | None:
+    """Under the verdict, where the final stage raced: its looks, the seeds each family reached and
+    how each pair ended (pipeline.final.race); None where it did not race."""
+    if best is None:
+        return None
+    race = ok[best].get("race") or {}
+    if not race.get("enabled") or not race.get("decisions"):
+        return None
+    decided = "; ".join(f"{f} {d} ({ok[f]['n_seeds']} seeds)" for f, d in race["decisions"].items() if f in ok)
+    return (f"Seeds raced (`final.race`: ±{race['margin']:g}, at most {race['max_seeds']} seeds, alpha "
+            f"{race['alpha']:g} over {race['max_looks']} looks): {race['looks']} look(s); against {best} "
+            f"({ok[best]['n_seeds']} seeds): {decided}.")
