@@ -33,6 +33,7 @@ from pipeline.comparison.pairs import decide
 
 ALPHA = 0.05
 BETA = 0.2  # power 80 % for the seeds-needed estimate
+MANY_SEEDS = 100  # above this, the line says "more than 100": a normal approximation that far out is no count
 DEFAULT_MARGIN = 0.01  # ±1 point of accuracy (metric units) when params.yaml sets no final.race margin
 
 
@@ -122,7 +123,9 @@ def verdict(scores: dict[str, list[float]], best: str, metric: str, margin: floa
             counts = [seeds_needed(scores[f], scores[best], margin, alpha) for f in tied if equivalence[f] >= alpha
                       or math.isnan(equivalence[f])]
             needed = max((n for n in counts if n is not None), default=None)
-            more = f" (about {needed} seeds per family by the observed spread)" if needed else ""
+            # beyond MANY_SEEDS the estimate says only that seeds will not settle it (metrics.json keeps it)
+            more = ("" if not needed else f" (about {needed} seeds per family by the observed spread)"
+                    if needed <= MANY_SEEDS else f" (more than {MANY_SEEDS} seeds per family by the observed spread)")
             line += f"; not shown equivalent within {_margin(margin, metric)}: more seeds would be needed{more}"
     interval = mean_interval(scores[best])
     where = None
