@@ -35,11 +35,15 @@ def counted(results: dict[str, dict[str, Any]]) -> bool:
     return bool(ok) and all(r.get("val_counts") for r in ok.values())
 
 
-def _level(results: dict[str, dict[str, Any]], record: dict[str, Any]) -> float:
-    """The validation mean as ties compare it: exact where every record is counted, else rounded."""
-    sign = 1.0 if record["mode"] == "max" else -1.0
-    value = sign * record["val_mean"]
-    return value if counted(results) else round(value, ROUND_DIGITS)
+def _levels(ok: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Each non-failed family's validation mean as ties compare it (larger is better): exact where
+    every record is counted, else rounded to ROUND_DIGITS."""
+    exact = counted(ok)
+    levels = {}
+    for family, record in ok.items():
+        value = (1.0 if record["mode"] == "max" else -1.0) * record["val_mean"]
+        levels[family] = value if exact else round(value, ROUND_DIGITS)
+    return levels
 
 
 def best_family(results: dict[str, dict[str, Any]]) -> str | None:
@@ -48,10 +52,11 @@ def best_family(results: dict[str, dict[str, Any]]) -> str | None:
     ok = _ok(results)
     if not ok:
         return None
+    levels = _levels(ok)
 
     def merit(family: str) -> tuple[float, float]:
         loss = ok[family].get("val_loss_mean")
-        return _level(ok, ok[family]), -(math.inf if loss is None else loss)
+        return levels[family], -(math.inf if loss is None else loss)
 
     return max(ok, key=merit)
 
@@ -62,9 +67,8 @@ def tied_at_top(results: dict[str, dict[str, Any]]) -> list[str]:
     best = best_family(results)
     if best is None:
         return []
-    ok = _ok(results)
-    top = _level(ok, ok[best])
-    return [f for f, r in ok.items() if _level(ok, r) == top]
+    levels = _levels(_ok(results))
+    return [f for f, level in levels.items() if level == levels[best]]
 
 
 def uncounted_note(results: dict[str, dict[str, Any]]) -> str | None:

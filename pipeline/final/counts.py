@@ -60,3 +60,9 @@ def counts_from_metrics(metrics: dict[str, float]) -> dict[str, list[int]]:
     """The inverse of count_metrics over a run's logged metrics; empty where none were logged."""
     return {f"{split}_counts": [int(metrics[f"final_{split}_correct"]), int(metrics[f"final_{split}_scored"])]
             for split in SPLITS if f"final_{split}_correct" in metrics and f"final_{split}_scored" in metrics}
+
+
+def mean_loss(runs: Sequence[dict[str, Any]]) -> float | None:
+    """Mean validation loss at the kept epochs, the tie-break of equal counts; None when a run has none."""
+    losses = [r.get("val_loss") for r in runs]
+    return None if any(v is None for v in losses) else statistics.fmean(losses)

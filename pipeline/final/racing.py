@@ -12,12 +12,11 @@ the repeat, not the seed (pipeline.reporting.tables.test_units).
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import sys
 from typing import Any
 
 from pipeline.final import resume as final_resume
-from pipeline.final.counts import split_summary, summed_counts
+from pipeline.final.counts import mean_loss, split_summary, summed_counts
 from pipeline.final.plans import Part, Plan
 from pipeline.final.race import Look, look, more_seeds, race_summary
 
@@ -34,10 +33,9 @@ def provisional(plan: Plan, trained: dict[tuple[int, str, int], dict[str, Any]])
     if any(k not in by_key for k in keys):
         return None
     runs = [by_key[k] for k in keys]
-    losses = [r.get("val_loss") for r in runs]
     return {"metric": plan.searched["metric"], "mode": plan.searched["mode"], "status": "ok",
             "val_mean": split_summary(runs, "val")[0], **summed_counts(runs),
-            "val_loss_mean": None if any(v is None for v in losses) else statistics.fmean(losses),
+            "val_loss_mean": mean_loss(runs),
             "seeds": [{"test": r["test"]} for r in runs]}
 
 

@@ -30,7 +30,7 @@ from pipeline.stores import tracking
 from pipeline.config import FinalParams
 from pipeline.data.contract import Dataset
 from pipeline.data.provenance import provenance_fields
-from pipeline.final.counts import split_summary, summed_counts
+from pipeline.final.counts import mean_loss, split_summary, summed_counts
 from pipeline.final.repeats import between_repeats, searched_repeats
 from pipeline.final import racing
 from pipeline.final.plans import Inputs, Part, Plan, dataset_part, open_part, resources_key, scaled_lr
@@ -253,12 +253,6 @@ def stopping(result: dict[str, Any], mode: str) -> dict[str, Any]:
             "epochs_trained": len(curve)}
 
 
-def _mean_loss(runs: list[dict[str, Any]]) -> float | None:
-    """Mean validation loss at the kept epochs; None when a seed has none recorded."""
-    losses = [r.get("val_loss") for r in runs]
-    return None if any(v is None for v in losses) else statistics.fmean(losses)
-
-
 def _record(dataset: str, family: str, searched: dict[str, Any], runs: list[dict[str, Any]],
             p: FinalParams) -> dict[str, Any]:
     val_mean, val_std = split_summary(runs, "val")
@@ -271,7 +265,7 @@ def _record(dataset: str, family: str, searched: dict[str, Any], runs: list[dict
         "config": searched["best_config"], "epochs": p.epochs, "max_epochs": p.epochs, "patience": p.patience,
         "min_steps": p.min_steps, "validation": p.validation,
         "time_limit_s": p.time_limit_s, "space": searched.get("space"), "n_seeds": len(runs),
-        "val_mean": val_mean, "val_std": val_std, "val_loss_mean": _mean_loss(runs), **summed_counts(runs),
+        "val_mean": val_mean, "val_std": val_std, "val_loss_mean": mean_loss(runs), **summed_counts(runs),
         "test_mean": test_mean, "test_std": test_std, "params": runs[0]["num_params"],
         "seconds_per_epoch": statistics.median(r["seconds_per_epoch"] for r in runs),
         "n_trials": searched["n_trials"], "n_failed": searched["n_failed"],

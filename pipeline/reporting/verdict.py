@@ -30,11 +30,12 @@ from typing import Any
 from pipeline.reporting.numbers import fmt
 from pipeline.reporting.paper_column import mean_interval
 from pipeline.comparison.pairs import decide
+from pipeline.config.race import RaceParams
 
-ALPHA = 0.05
+# Without a race in the records: the defaults of final.race (its margin is the verdict's too)
+ALPHA, DEFAULT_MARGIN = RaceParams().alpha, RaceParams().margin
 BETA = 0.2  # power 80 % for the seeds-needed estimate
 MANY_SEEDS = 100  # above this, the line says "more than 100": a normal approximation that far out is no count
-DEFAULT_MARGIN = 0.01  # ±1 point of accuracy (metric units) when params.yaml sets no final.race margin
 
 
 @dataclass(frozen=True)
