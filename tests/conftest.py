@@ -63,15 +63,30 @@ def without_step_floor(text: str) -> str:
     return text
 
 
+# ... and a fixed budget: searches of num_samples trials and the configured seeds, no more (the
+# shipped saturating search and raced seeds would multiply the small runs' cost; tests/test_saturation.py
+# and tests/test_final_race.py turn them on).
+FIXED_BUDGET = ("    enabled: true           # true: num_samples is each family's share",
+                "    enabled: true           # true: after `seeds`, the best family")
+
+
+def params_for_tests(text: str) -> str:
+    """params.yaml text as the tests run it: no step floors, a fixed budget (comments kept)."""
+    for line in FIXED_BUDGET:
+        assert line in text, f"params.yaml no longer holds {line!r}: update tests/conftest.py"
+        text = text.replace(line, line.replace("enabled: true ", "enabled: false"))
+    return without_step_floor(text)
+
+
 def default_params() -> dict:
-    return yaml.safe_load(without_step_floor((REPO / "params.yaml").read_text()))
+    return yaml.safe_load(params_for_tests((REPO / "params.yaml").read_text()))
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A temporary project root with the real search spaces and params.yaml."""
     shutil.copytree(REPO / "search_spaces", tmp_path / "search_spaces")
-    (tmp_path / "params.yaml").write_text(without_step_floor((REPO / "params.yaml").read_text()))
+    (tmp_path / "params.yaml").write_text(params_for_tests((REPO / "params.yaml").read_text()))
     return tmp_path
 
 

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli.app import app
 from pipeline.serving.screening import REFUSE_SIGMAS
-from tests.conftest import REPO, without_step_floor
+from tests.conftest import REPO, params_for_tests
 from tests.test_predict import METAS, _register, _series, _write_csv, _write_npz
 
 
@@ -33,7 +33,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A project (params.yaml, search spaces, a processed split) with a champion for `toy`."""
     root = tmp_path_factory.mktemp("project")
     shutil.copytree(REPO / "search_spaces", root / "search_spaces")
-    (root / "params.yaml").write_text(without_step_floor((REPO / "params.yaml").read_text()))
+    (root / "params.yaml").write_text(params_for_tests((REPO / "params.yaml").read_text()))
     processed = root / "data" / "processed" / "toy"
     processed.mkdir(parents=True)
     s = _series()

@@ -146,8 +146,9 @@ def test_default_repeats_is_the_default_run_with_its_search_repeated_three_times
     base = load_params(PARAMS)
     assert params.search.repeats == 3 and base.search.repeats == 1
     assert params.search.model_dump(exclude={"repeats"}) == base.search.model_dump(exclude={"repeats"})
-    assert (params.final, params.promote, params.datasets, params.families) == \
-        (base.final, base.promote, base.datasets, base.families)
+    assert base.final.race.enabled and not params.final.race.enabled  # repeats, not seeds, are then the unit
+    assert params.final.model_dump(exclude={"race"}) == base.final.model_dump(exclude={"race"})
+    assert (params.promote, params.datasets, params.families) == (base.promote, base.datasets, base.families)
 
 
 @pytest.mark.parametrize("name", PAPER_PROFILES)
