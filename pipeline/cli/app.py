@@ -36,6 +36,17 @@ def _check(name: str, valid: list[str], key: str) -> None:
         raise ConfigError(f"{name!r} is not in params.yaml `{key}`; valid: {valid}")
 
 
+def _spaces(base: Path, families: list[str]) -> None:
+    """Each family's search space read and checked as a file (keys, values, the model's arguments):
+    a mistake there is one line before torch, Ray or MLflow is imported (pipeline/spaces reads the
+    built-in families' arguments from a table). What needs the data and the model (the corners) is
+    checked later, before Ray starts."""
+    from pipeline.spaces import load_space, space_path
+
+    for family in families:
+        load_space(space_path(base, family), family)
+
+
 DATASET = typer.Argument(..., help="A key of `prepare` in params.yaml.")
 SOURCE = typer.Option(
     None, "--source", envvar="CTSWEEP_DATA_SOURCE",
@@ -95,11 +106,11 @@ def classical(dataset: str = DATASET, root: Path = ROOT) -> None:
     """Train aeon's strongest classifier that accepts DATASET on one core (MiniRocket, or 1-NN DTW for
     unequal lengths) -> results/DATASET/classical.json, the report's classical reference row."""
     _names(dataset=dataset)
+    base, params = _params(root)
+    _check(dataset, list(params.prepare), "prepare")  # before aeon and torch are imported
     from pipeline.classical.stage import run, summary
 
-    base, params = _params(root)
     quiet_libraries(base, "classical")  # their informational lines: .ctsweep/logs/
-    _check(dataset, list(params.prepare), "prepare")
     typer.echo(summary(run(base, dataset, params.classical)))
 
 
@@ -122,16 +133,18 @@ def search(
     cluster. An interrupted search (driver killed, Ctrl-C) is resumed by running the same command again.
     """
     _names(dataset=dataset, **({"family": family} if family is not None else {}))
-    from pipeline.cli.lines import say_searched
-    from pipeline.cli.sharing import siblings
-    from pipeline.sweep.search import search_datasets
-
     base, params = _params(root)
-    quiet_libraries(base, "search")  # their informational lines: .ctsweep/logs/
     _check(dataset, params.datasets, "datasets")
     if family is not None:
         _check(family, params.families, "families")
     families = [family] if family is not None else list(params.families)
+    _spaces(base, families)
+    # Late: Ray Tune, torch, MLflow and Optuna load once the names, params.yaml and the spaces have passed.
+    from pipeline.cli.lines import say_searched
+    from pipeline.cli.sharing import siblings
+    from pipeline.sweep.search import search_datasets
+
+    quiet_libraries(base, "search")  # their informational lines: .ctsweep/logs/
     others = siblings(base, params.datasets, dataset, params.search.share_datasets and family is None)
     records = search_datasets(base, [dataset], families, params.search, fresh=fresh, only_stale=family is None,
                               optional=others)
@@ -156,16 +169,17 @@ def final(
     data and code is skipped (this is what `dvc repro` runs).
     """
     _names(dataset=dataset, **({"family": family} if family is not None else {}))
-    from pipeline.cli.lines import say_evaluated
-    from pipeline.cli.sharing import siblings
-    from pipeline.final.stage import final_datasets
-
     base, params = _params(root)
-    quiet_libraries(base, "final")  # their informational lines: .ctsweep/logs/
     _check(dataset, params.datasets, "datasets")
     if family is not None:
         _check(family, params.families, "families")
     families = [family] if family is not None else list(params.families)
+    # Late: Ray, torch and MLflow load once the names and params.yaml have passed.
+    from pipeline.cli.lines import say_evaluated
+    from pipeline.cli.sharing import siblings
+    from pipeline.final.stage import final_datasets
+
+    quiet_libraries(base, "final")  # their informational lines: .ctsweep/logs/
     others = siblings(base, params.datasets, dataset, params.final.share_datasets and family is None)
     records = final_datasets(base, [dataset], families, params.final, only_stale=family is None, optional=others)
     for name, by_family in records.items():
@@ -256,18 +270,19 @@ def promote(
     """Show each dataset's champion and candidate side by side; register the candidate and move
     alias `champion` when the rule in params.yaml (`promote`) says it is better, or when asked."""
     _names(**{k: v for k, v in {"dataset": dataset, "family": family}.items() if v is not None})
-    from pipeline.registry.promote import promote as run_all, promote_dataset
-
     base, params = _params(root)
-    quiet_libraries(base, "promote")  # their informational lines: .ctsweep/logs/
     if family is not None and dataset is None:
         raise ConfigError("--family needs --dataset: a family is promoted by hand for one dataset")
+    if dataset is not None:
+        _check(dataset, params.datasets, "datasets")
+    # Late: MLflow loads once the names and params.yaml have passed.
+    from pipeline.registry.promote import promote as run_all, promote_dataset
+
+    quiet_libraries(base, "promote")  # their informational lines: .ctsweep/logs/
     if dataset is None and not (force or dry_run):
         decisions = run_all(base, params.datasets, params.families, params.promote)
     else:
         names = [dataset] if dataset else params.datasets
-        for name in names:
-            _check(name, params.datasets, "datasets")
         decisions = [promote_dataset(base, d, params.families, params.promote, family=family, force=force,
                                      dry_run=dry_run) for d in names]
     for d in decisions:

@@ -24,15 +24,17 @@ from pipeline.names import shown
 def check_project(root: Path) -> str:
     """Check the project at `root`; return a one-line summary, or raise a one-line ConfigError."""
     params = load_params(root / "params.yaml")
-    # Late: torch, Optuna and pyarrow load only once params.yaml has passed (a bad file fails in a second).
+    from pipeline.spaces import load_space, space_path  # reads the files without torch or Optuna
+
+    n_params = sum(len(load_space(space_path(root, family), family).params) for family in params.families)
+    # Late: aeon, torch, Optuna and pyarrow load only once params.yaml and the spaces have passed (a
+    # bad file fails in well under a second).
     from pipeline.sweep.sensitivity import check_optuna_storage
-    from pipeline.spaces import load_space, space_path
     from pipeline.stores.ray_storage import check_storage_path
 
     for dataset, section in params.prepare.items():
         if section.kind == "uea":  # the archive's name: `prepare` checks it too, before any download
             _check_uea_name(root / "params.yaml", dataset, section.name)
-    n_params = sum(len(load_space(space_path(root, family), family).params) for family in params.families)
     prepared = _corners(root, params)
     storage = check_storage_path(root, params.search.storage_path)
     optuna_url = check_optuna_storage(root, params.search.optuna_storage)

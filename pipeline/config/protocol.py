@@ -46,18 +46,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from pipeline.config.base import MAX_EPOCHS
 from pipeline.errors import ConfigError
 from pipeline.names import shown
 
-OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
-    "adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "rmsprop": torch.optim.RMSprop,
-    "adamax": torch.optim.Adamax,
-}
+if TYPE_CHECKING:  # torch on first use: a space or params.yaml is checked without it (CLI start-up)
+    import torch
+
+# The optimiser's name in a configuration -> its class in torch.optim.
+OPTIMIZERS: dict[str, str] = {"adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop", "adamax": "Adamax"}
 SCHEDULES = ("none", "exponential", "step")
 CLASS_WEIGHTS = ("none", "balanced")
 _ADAM_LIKE = ("adam", "adamw", "adamax")
@@ -185,6 +184,8 @@ class TrainSettings:
 
 def make_optimizer(parameters: Iterable[torch.nn.Parameter], s: TrainSettings) -> torch.optim.Optimizer:
     """The configured torch optimiser; unset arguments keep torch's defaults."""
+    import torch
+
     kwargs: dict[str, Any] = {"lr": s.lr, "weight_decay": s.weight_decay}
     if s.eps is not None:
         kwargs["eps"] = s.eps
@@ -192,7 +193,7 @@ def make_optimizer(parameters: Iterable[torch.nn.Parameter], s: TrainSettings) -
         kwargs["betas"] = (0.9 if s.beta1 is None else s.beta1, 0.999 if s.beta2 is None else s.beta2)
     if s.optimizer == "rmsprop":
         kwargs.update({k: v for k, v in (("momentum", s.momentum), ("alpha", s.rms_alpha)) if v is not None})
-    return OPTIMIZERS[s.optimizer](parameters, **kwargs)
+    return getattr(torch.optim, OPTIMIZERS[s.optimizer])(parameters, **kwargs)
 
 
 def step_size(s: TrainSettings, epochs: int | None) -> int:
@@ -212,6 +213,8 @@ def make_scheduler(optimizer: torch.optim.Optimizer, s: TrainSettings,
     (`per_batch`). With `lr_min_factor` the exponential rate is lr * max(lr_decay^n, lr_min_factor)
     after n steps (torch's LambdaLR; ExponentialLR has no floor).
     """
+    import torch
+
     if s.lr_schedule == "exponential" and s.lr_min_factor is not None:
         gamma, floor = s.lr_decay, s.lr_min_factor
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: max(gamma ** n, floor))
@@ -234,6 +237,8 @@ def class_weights(task: str, s: TrainSettings, y: torch.Tensor, mask: torch.Tens
     `balanced` is n / (C * n_c) over observed labels (a class never seen gets weight 0: it has no
     terms to weigh); for binary, n_neg / n_pos.
     """
+    import torch
+
     labels = y[mask] if per_step else y
     if task == "binary":
         if s.pos_weight is not None:

@@ -10,6 +10,8 @@
     neural_de/         the ODE/CDE/RDE baselines (ODE-RNN, GRU-ODE, CT-RNN, ODE-LSTM, NCDE, NRDE)
     discrete/          the discrete-time baselines (GRU-D, LSTM fed the elapsed time)
     zoo.py             MODELS: the built-in families, name -> class
+    builtin.py         their names, without importing them (the checks a command makes first)
+    signatures.py      their constructor arguments as a table (signatures.json), without torch
     user.py            families from user code (params.yaml `user_families`, entry points)
 
 Imports: errors, names.
@@ -24,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pipeline.models import user
+from pipeline.models.builtin import BUILTIN_FAMILIES
 
 if TYPE_CHECKING:
     from pipeline.models.base import SequenceModel
@@ -43,10 +46,9 @@ def get_model_class(name: str) -> type[SequenceModel]:
 
 
 def family_names() -> list[str]:
-    """Every family this process can build: the built-in ones and the registered user families."""
-    from pipeline.models.zoo import MODELS
-
-    return sorted({*MODELS, *user.names()})
+    """Every family this process can build: the built-in ones and the registered user families
+    (the built-in ones by name: no model is imported)."""
+    return sorted({*BUILTIN_FAMILIES, *user.names()})
 
 
 def is_family(name: str) -> bool:

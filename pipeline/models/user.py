@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.errors import ConfigError, excerpt
+from pipeline.models.builtin import BUILTIN_FAMILIES
 from pipeline.names import check_name
 
 ENTRY_POINT_GROUP = "ctsweep.families"
@@ -200,12 +201,13 @@ def register(sources: dict[str, FamilySource]) -> None:
 
     The params.yaml ones are also written to CTSWEEP_USER_FAMILIES for child processes.
     """
-    probe_sources(list(sources.values()), meanwhile=_builtin)  # one interpreter for all; the zoo loads meanwhile
-    builtin = _builtin()
+    if not sources:  # nothing to import: the zoo (torch) is not loaded for nothing
+        return
     for name, source in sources.items():
-        if name in builtin:
+        if name in BUILTIN_FAMILIES:
             raise ConfigError(f"family {name!r} ({source.origin}) has the name of a built-in family; "
                               "allowed: a name that is not one of ctsweep's own families")
+    probe_sources(list(sources.values()), meanwhile=_builtin)  # one interpreter for all; the zoo loads meanwhile
     for name, source in sources.items():
         _registered[name] = (source, import_family(source, probed=True))
     carried = {n: asdict(s) for n, (s, _) in _registered.items() if s.root is not None}
@@ -251,7 +253,7 @@ def names() -> list[str]:
 
 def source_of(name: str) -> FamilySource | None:
     """How user family `name` was declared; None for built-in and unknown names."""
-    if name in _builtin():
+    if name in BUILTIN_FAMILIES:
         return None
     return _registered[name][0] if name in _registered or lookup(name) is not None else None
 

@@ -52,7 +52,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import median_abs_deviation
 
 from pipeline.training.budget import MIN_STEPS  # optimiser steps: a seed that took fewer has not trained
 
@@ -146,6 +145,8 @@ def epoch_noise(values: list[float]) -> float:
     median, not their spread, so a cleanly falling curve has noise 0. Fewer than 2 values: 0."""
     if len(values) < 2:
         return 0.0
+    from scipy.stats import median_abs_deviation  # late: `ctsweep status` reads the marks without scipy
+
     return float(median_abs_deviation(np.diff(values), scale="normal")) / math.sqrt(2.0)
 
 

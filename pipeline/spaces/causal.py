@@ -16,19 +16,23 @@ Only per-step datasets come here, so every other dataset is searched exactly as 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.config.arguments import TRAINING_KEYS
 from pipeline.errors import ConfigError
 from pipeline.models import get_model_class
-from pipeline.models.base import SequenceModel, causal_variant
 from pipeline.spaces.space import SearchSpace, _same, split_config
+
+if TYPE_CHECKING:
+    from pipeline.models.base import SequenceModel
 
 
 def causal_space(space: SearchSpace, dataset: str) -> tuple[SearchSpace, str | None]:
     """The space (resolved for `dataset`, SearchSpace.for_dataset) as searched on a per-step
     dataset, and one line for the user: what was replaced, or that the family runs as published
     and marked; (space, None) when no configuration of it reads later steps."""
+    from pipeline.models.base import causal_variant  # late: imports torch
+
     cls = get_model_class(space.family)
     model = split_config({**space.fixed, **space.reference})[1]  # the reference's model arguments
     choices = {n: s for n, s in space.params.items() if s.distribution == "categorical" and n not in TRAINING_KEYS}
@@ -74,5 +78,7 @@ def causal_space(space: SearchSpace, dataset: str) -> tuple[SearchSpace, str | N
 
 def _causal_value(cls: type[SequenceModel], config: dict[str, Any], name: str) -> Any:
     """What `name` becomes in the causal variant of `config`; None when that has none."""
+    from pipeline.models.base import causal_variant  # late: imports torch
+
     variant = causal_variant(cls, config)
     return None if variant is None else variant.get(name)

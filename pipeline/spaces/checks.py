@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config.protocol import DEFAULTS, NEEDS, REQUIRES, combination_problem, dataset_problem
-from pipeline.models.blocks.embedding import EMBED_DIM
+from pipeline.models.builtin import EMBED_DIM
 from pipeline.names import shown
 from pipeline.spaces.parse import _err, _few
 from pipeline.spaces.space import ParamSpec, SearchSpace

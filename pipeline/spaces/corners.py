@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable
 
 from pipeline.config.arguments import TRAINING_KEYS
 from pipeline.errors import ConfigError
 from pipeline.models import get_model_class
-from pipeline.models.base import model_arguments
-from pipeline.models.blocks.embedding import EMBED_DIM
+from pipeline.models.builtin import EMBED_DIM
 from pipeline.names import shown
 from pipeline.spaces.space import ParamSpec, SearchSpace, _same
+
+if TYPE_CHECKING:  # torch where models are built: `import pipeline.spaces` reads and checks files without it
+    import torch
 
 BATCH, LENGTH = 2, 5  # the tiny batch every corner runs forward on
 # (key, at a corner of its range?) -> (the file that sets it, the key as that file spells it)
@@ -82,6 +82,8 @@ def corner_configs(space: SearchSpace) -> list[tuple[str | None, Any, dict[str, 
 
 
 def _tiny_batch(channels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    import torch
+
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(BATCH, LENGTH, channels, generator=generator)
     t = torch.cumsum(torch.rand(BATCH, LENGTH, generator=generator) + 0.1, dim=1)
@@ -90,6 +92,8 @@ def _tiny_batch(channels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
 
 def _refusal(cls: type, config: dict[str, Any], channels: int, output_size: int, per_step: bool) -> str | None:
     """The model's own error building and running `config` forward on the tiny batch, or None."""
+    import torch
+
     model_kwargs = {k: v for k, v in config.items() if k not in TRAINING_KEYS}
     width = model_kwargs.pop(EMBED_DIM, None) or channels  # a token dataset: the embedding feeds the model
     try:
@@ -110,6 +114,8 @@ def _culprit(cls: type, config: dict[str, Any], space: SearchSpace, run: Callabl
              ) -> str | None:
     """The model argument of a refused configuration whose value alone is refused: the one that,
     set to the class default or another end of its range, makes the configuration build."""
+    from pipeline.models.base import model_arguments  # late: imports torch
+
     defaults = {k: p.default for k, p in model_arguments(cls).items() if p.default is not p.empty}
     for key, value in config.items():
         if key in TRAINING_KEYS:
@@ -127,6 +133,8 @@ def check_corners(space: SearchSpace, channels: int, output_size: int, per_step:
     """Build and run the family's model at the reference and the corners of `space` (for one
     dataset: `channels` inputs, `output_size` outputs, `per_step`); a refusal is a ConfigError
     naming the file, the key and the value. Returns how many configurations were checked."""
+    import torch
+
     cls = get_model_class(space.family)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny models: threads only add overhead (and trials may be running)

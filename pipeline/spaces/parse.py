@@ -13,8 +13,8 @@ from typing import Any
 from pipeline.config.arguments import TRAINING_KEYS, value_problem
 from pipeline.errors import ConfigError
 from pipeline.models import get_model_class
-from pipeline.models.base import model_arguments
-from pipeline.models.blocks.embedding import EMBED_DIM, embedding_arguments
+from pipeline.models.builtin import EMBED_DIM, embedding_arguments_of
+from pipeline.models.signatures import signature
 from pipeline.names import check_name, shown
 from pipeline.spaces.space import DISTRIBUTIONS, ParamSpec, _is_number, _is_scalar, _same
 
@@ -127,18 +127,28 @@ def _check_value(path: Path, key: str, name: str, value: Any, arguments: dict[st
 
 
 def _model_arguments(path: Path, family: str, keys: set[str]) -> dict[str, inspect.Parameter]:
-    """The family's model arguments a space may set; unknown keys are refused here."""
-    try:
-        model_cls = get_model_class(family)
-    except KeyError as exc:
-        raise ConfigError(f"{path}: unknown model family {family!r} (the file name); {exc.args[0]}") from None
-    arguments = {k: p for k, p in model_arguments(model_cls).items() if k not in SUPPLIED_BY_TRAINER}
-    arguments.update(embedding_arguments(model_cls))  # embed_dim, for families that can read tokens
+    """The family's model arguments a space may set; unknown keys are refused here.
+
+    A built-in family's come from the table pipeline/models/signatures.json (no torch: a misspelt
+    key is refused in well under a second); a user family's from its class, imported."""
+    known = signature(family)
+    if known is not None:
+        class_name, every, representation = known.class_name, known.arguments, known.representation
+    else:
+        from pipeline.models.base import model_arguments  # late: imports torch
+
+        try:
+            model_cls = get_model_class(family)
+        except KeyError as exc:
+            raise ConfigError(f"{path}: unknown model family {family!r} (the file name); {exc.args[0]}") from None
+        class_name, every, representation = model_cls.__name__, model_arguments(model_cls), model_cls.representation
+    arguments = {k: p for k, p in every.items() if k not in SUPPLIED_BY_TRAINER}
+    arguments.update(embedding_arguments_of(representation))  # embed_dim, for families that can read tokens
     unknown = keys - TRAINING_KEYS - set(arguments)
     if unknown:
         raise ConfigError(
             f"{path}: unknown keys {_few(sorted(unknown))}; allowed: "
-            f"training keys {sorted(TRAINING_KEYS)} or {model_cls.__name__} arguments {sorted(arguments)}"
+            f"training keys {sorted(TRAINING_KEYS)} or {class_name} arguments {sorted(arguments)}"
         )
     return arguments
 

@@ -10,11 +10,12 @@ import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
-
-import optuna
+from typing import TYPE_CHECKING, Any, Callable
 
 from pipeline.config.arguments import TRAINING_KEYS
+
+if TYPE_CHECKING:  # only trials use optuna: a space file is read and checked without it (CLI start-up)
+    import optuna
 
 DISTRIBUTIONS = {
     "loguniform": {"low", "high"},

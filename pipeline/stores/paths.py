@@ -14,6 +14,13 @@ from pipeline.errors import MissingInputError
 from pipeline.names import check_name, inside
 
 
+def tracking_uri(root: Path) -> str:
+    """MLFLOW_TRACKING_URI if set, else an SQLite file at the project root (absolute path).
+
+    Here, not in pipeline.stores.tracking, so that a command can name the store without importing MLflow."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root / 'mlflow.db'}"
+
+
 def project_root(root: str | Path | None = None) -> Path:
     """The directory holding params.yaml (default: the working directory), made absolute."""
     return Path(root if root is not None else os.getcwd()).resolve()

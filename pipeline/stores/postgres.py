@@ -37,7 +37,7 @@ from pathlib import Path
 
 from pipeline.errors import ConfigError, CtsweepError
 from pipeline.names import shown
-from pipeline.stores.database_url import CONNECT_TIMEOUT_S, PASSFILE, check_url, masked
+from pipeline.stores.database_url import CONNECT_TIMEOUT_S, PASSFILE, _line, check_url, masked
 
 __all__ = ["DATABASES", "PASSFILE", "ROLE", "Server", "bin_dir", "check_url", "masked", "running", "start", "stop"]
 

@@ -36,6 +36,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.errors import CtsweepError
 from pipeline.stores.database_url import check_url, masked
+from pipeline.stores.paths import tracking_uri  # noqa: F401  (its home is paths.py: no MLflow to name the store)
 
 PARENT_TAG = "mlflow.parentRunId"
 # Set on every run start_run creates: "parent" (a search or a final evaluation) or "child" (a
@@ -56,11 +57,6 @@ _LOCK_MESSAGES = ("database is locked", "database table is locked", "database sc
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def tracking_uri(root: Path) -> str:
-    """MLFLOW_TRACKING_URI if set, else an SQLite file at the project root (absolute path)."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root / 'mlflow.db'}"
 
 
 def _scheme(uri: str) -> str:

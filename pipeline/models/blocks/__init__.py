@@ -3,5 +3,5 @@ models that read an interpolated path (cde.py; its causal Hermite path for per-s
 causal_path.py), log-signature window inputs (logsig.py) and the token embedding in front of any
 family that reads raw values (embedding.py).
 
-Imports: errors, models.base.
+Imports: errors, models.builtin, models.base.
 """

@@ -16,18 +16,15 @@ from torch import nn
 
 from pipeline.errors import ConfigError
 from pipeline.models.base import SequenceModel
+from pipeline.models.builtin import EMBED_DIM, embedding_arguments_of
 
 
-EMBED_DIM = "embed_dim"  # a model key of the embedding, not of the family (CfC Table S3 `embed_dim`)
 
 
 def embedding_arguments(cls: type[SequenceModel]) -> dict[str, inspect.Parameter]:
     """The keys a space may set for the embedding in front of `cls`: `embed_dim` (None: the
     dataset's embedding_size), for the families that can read an embedding at all."""
-    if cls.representation != "raw":
-        return {}
-    return {EMBED_DIM: inspect.Parameter(EMBED_DIM, inspect.Parameter.KEYWORD_ONLY, default=None,
-                                         annotation="int | None")}
+    return embedding_arguments_of(cls.representation)
 
 
 def check_token_family(family: str, cls: type[SequenceModel], dataset: str) -> None:
