@@ -82,16 +82,21 @@ def _space(trial) -> None:
     trial.suggest_float("lr", 1e-4, 1e-1, log=True)
 
 
-def _serve(scores: dict[str, float | None], total: int, order: str, slots: int) -> tuple[dict, list]:
+def _saturating(families: list[str], total: int) -> FamilySearcher:
+    searchers = {f: make_searcher(_space, None, "val_metric", "max", seed=i, n_startup_trials=1, max_epochs=3)
+                 for i, f in enumerate(families)}
+    pool = Pool([(f, 0) for f in families], 4, 10, total, 2)
+    return FamilySearcher(searchers, dict.fromkeys(families, total // len(families)), 2, "val_metric", "max",
+                          round_size=2, pools={(f, 0): pool for f in families}, rise=0.01)
+
+
+def _serve(scores: dict[str, float | None], total: int, order: str, slots: int,
+           searcher: FamilySearcher | None = None) -> tuple[dict, list]:
     """A saturating FamilySearcher driven to its end: each family's trials score as `scores` says
     (a constant: flat; None: each trial better than the last, still rising); trials end oldest
     first or newest first. Returns ({family: trials}, every proposal as (family, number, lr))."""
     families = list(scores)
-    searchers = {f: make_searcher(_space, None, "val_metric", "max", seed=i, n_startup_trials=1, max_epochs=3)
-                 for i, f in enumerate(families)}
-    pool = Pool([(f, 0) for f in families], 4, 10, total, 2)
-    s = FamilySearcher(searchers, dict.fromkeys(families, total // len(families)), 2, "val_metric", "max",
-                       round_size=2, pools={(f, 0): pool for f in families}, rise=0.01)
+    s = searcher or _saturating(families, total)
     proposals, live, n = [], [], 0
     while True:
         got = s.suggest(f"t{n}") if len(live) < slots else None
@@ -120,6 +125,25 @@ def test_a_saturating_search_stops_flat_families_and_feeds_rising_ones_within_th
     assert trials["rising"] + trials["also_rising"] == 14  # the flat family's share went to them
     for order, slots in (("newest", 2), ("oldest", 1), ("newest", 3)):
         assert _serve(scores, 18, order, slots) == (trials, proposals)  # the same, however rounds end
+
+
+def test_the_planned_totals_follow_the_grants_and_the_stops() -> None:
+    """What the live display counts per family: its share while it runs, more once granted more,
+    and exactly its trials once stopped; the hook hears only changes, and is never pickled."""
+    import pickle
+
+    scores = {"flat": 0.8, "rising": None, "also_rising": None}
+    s = _saturating(list(scores), 18)
+    heard: list[tuple[str, int]] = []
+    s.watch_planned(lambda unit, n: heard.append((unit[0], n)))
+    assert heard == [("flat", 6), ("rising", 6), ("also_rising", 6)]  # the shares, at the start
+    restored = pickle.loads(pickle.dumps(s))  # as Tune checkpoints the searcher: the hook stays behind
+    assert restored._planned_hook is None and restored.planned(("flat", 0)) == 6
+    trials, _ = _serve(scores, 18, "oldest", 2, searcher=s)
+    last = {family: n for family, n in heard}
+    assert last == trials  # each family's last total is the trials it ran
+    assert ("flat", 4) in heard and max(n for f, n in heard if f == "rising") > 6
+    assert len(heard) == len(set(heard))  # a total is said once, when it changes
 
 
 @pytest.mark.parametrize(("saturation", "words"), [
@@ -178,6 +202,12 @@ def test_a_real_saturating_search_stays_within_its_budget_and_records_it(project
         assert json.loads(search_result_path(project, "x", family).read_text()) == r
         if r["n_trials"] == 2:  # stopped after its first round: the pool saw a flat curve
             assert not rising(trial_scores(r), "max", 0.01)
+    from pipeline.progress.read import TOTAL
+    from pipeline.stores import tracking
+
+    client = tracking.MlflowClient(tracking.tracking_uri(project))
+    for family, r in records.items():  # the live display's total ended at the trials the family ran
+        assert client.get_run(r["mlflow_parent_run_id"]).data.tags[TOTAL] == str(r["n_trials"]), family
 
 
 def test_the_terminator_comparison_replays_a_recorded_search() -> None:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Mapping
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import Searcher
@@ -119,6 +119,12 @@ class FamilySearcher(Searcher):
         self._round_of: dict[str, int] = {}  # trial id -> its round in its unit (given // round_size)
         self._cursor = 0
         self._seconds: dict[Unit, list[float]] = {u: [] for u in self._searchers}  # ended trials' run times
+        self._planned_hook: Callable[[Unit, int], None] | None = None  # watch_planned; never pickled
+        self._planned_said: dict[Unit, int] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The driver's hook (watch_planned) holds an MLflow client and a thread pool: not state.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_planned_hook", "_planned_said")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # Unpickled by Tuner.restore: a searcher saved before rounds in flight had one, and recorded
@@ -126,6 +132,7 @@ class FamilySearcher(Searcher):
         # before the work-left order knows no trial's run time.
         self.__dict__.update({"_in_flight": 1, "_round_of": {}, "_pools": {}, "_rise": 0.0, **state})
         self._seconds = {u: list(self.__dict__.get("_seconds", {}).get(u, [])) for u in self._searchers}
+        self._planned_hook, self._planned_said = None, {}
 
     @property
     def families(self) -> list[str]:
@@ -154,6 +161,33 @@ class FamilySearcher(Searcher):
         pool = self._pools.get(unit)
         return self._given[unit] >= self._budgets[unit] if pool is None else pool.done(unit)
 
+    def planned(self, unit: Unit) -> int:
+        """Trials the unit is expected to run, for the progress display: its fixed budget; for a
+        saturating unit its share (num_samples) or what its pool granted it, whichever is more,
+        while it runs, and the trials it proposed once it stopped."""
+        pool = self._pools.get(unit)
+        if pool is None:
+            return self._budgets[unit]
+        if pool.done(unit):
+            return self._given[unit]
+        return max(pool.budget(unit), self._budgets[unit])
+
+    def watch_planned(self, hook: Callable[[Unit, int], None]) -> None:
+        """Call `hook(unit, planned(unit))` now for every unit and again whenever a pool's decision
+        changes what a unit is expected to run (a grant, a stop). The hook runs in Tune's loop: it
+        must only queue its work."""
+        self._planned_hook, self._planned_said = hook, {}
+        self._tell_planned()
+
+    def _tell_planned(self) -> None:
+        if self._planned_hook is None:
+            return
+        for unit in self._searchers:
+            n = self.planned(unit)
+            if self._planned_said.get(unit) != n:
+                self._planned_said[unit] = n
+                self._planned_hook(unit, n)
+
     def stop_reason(self, unit: Unit) -> str | None:
         """Why a saturating unit stopped (flattened, cap, budget); None without a pool or while it runs."""
         pool = self._pools.get(unit)
@@ -176,6 +210,7 @@ class FamilySearcher(Searcher):
             return
         if self._given[unit] == self._told[unit] == pool.budget(unit):
             pool.ask(unit, rising(self.unit_scores(unit), self.mode, self._rise))
+            self._tell_planned()  # a grant or a stop: the progress display's totals follow
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
         # Each unit's study was built with the experiment's metric and mode: nothing to change.

@@ -20,7 +20,7 @@ from typing import Any
 from ray.tune import Callback
 
 from pipeline.progress.model import DONE, FAILED, STOPPED
-from pipeline.progress.read import ENDED_TAG
+from pipeline.progress.read import ENDED_TAG, ROUNDS, TOTAL
 from pipeline.stores import tracking
 
 log = logging.getLogger(__name__)
@@ -38,12 +38,21 @@ class ProgressTags(Callback):
         self._writes: list[Future] = []
 
     def _tag(self, run_id: str, state: str) -> None:
+        self._set(run_id, {ENDED_TAG: state})
+
+    def _set(self, run_id: str, tags: dict[str, Any]) -> None:
         try:
             if self._client is None:
                 self._client = tracking.MlflowClient(self._uri)
-            tracking.set_tags(self._client, run_id, {ENDED_TAG: state})
+            tracking.set_tags(self._client, run_id, tags)
         except Exception as exc:  # progress only: the record closes the run whatever happens here
-            log.debug("progress tag of run %s not written: %s", run_id, exc)
+            log.debug("progress tags %s of run %s not written: %s", sorted(tags), run_id, exc)
+
+    def planned(self, parent_run_id: str, total: int, rounds: int) -> None:
+        """Queue the number of trials a family's search is now expected to run, and its rounds (a
+        saturating search's grants and stops: FamilySearcher.watch_planned), as its parent's
+        progress tags; written in this callback's thread, in order, never in Tune's loop."""
+        self._writes.append(self._pool.submit(self._set, parent_run_id, {TOTAL: total, ROUNDS: rounds}))
 
     def _ended(self, trial: Any, state: str) -> None:
         run_id = (trial.last_result or {}).get("mlflow_run_id")

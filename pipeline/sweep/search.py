@@ -334,6 +334,9 @@ def _run(root: Path, group: list[_Part], p: SearchParams, mode: str, path: str, 
             storage, name = path.rsplit("/", 1)
             ended = ProgressTags(group[0].client.tracking_uri, p.epochs)  # progress read from MLflow
             tuner = new_tuner(plans, contexts, data, p, mode, storage, name, trial_fn, [ended, *([early] if early else [])])
+            if p.saturation.enabled:  # the live totals follow each family's grants and stop
+                _follow_planned(searcher_of(tuner), ended, {key: plan.parent for key, (_, plan) in jobs.items()},
+                                p.round_size)
         ran += [searcher_of(tuner), scheduler_of(tuner)]
         if early:
             early.bind(ran[0])
@@ -354,6 +357,20 @@ def _run(root: Path, group: list[_Part], p: SearchParams, mode: str, path: str, 
     # in job order, so that of several failed records the first family's error is the one raised
     records = {key: built[key].result() if key in built else records[key] for key in jobs}
     return {(part.dataset, plan.family): records[key] for key, (part, plan) in jobs.items()}
+
+
+def _follow_planned(searcher: Any, tags: ProgressTags, parents: dict[str, str], round_size: int) -> None:
+    """Keep each family's parent-run progress total (mark_parent's num_samples x repeats) equal to
+    the trials its saturating search is expected to run, summed over its repeats, and its rounds
+    those of its longest repeat."""
+    planned: dict[str, dict[int, int]] = {key: {} for key in parents}
+
+    def hook(unit: tuple[str, int], n: int) -> None:
+        key, repeat = unit
+        planned[key][repeat] = n
+        tags.planned(parents[key], sum(planned[key].values()), math.ceil(max(planned[key].values()) / round_size))
+
+    searcher.watch_planned(hook)
 
 
 def _in_threads(build: Callable[[str], dict[str, Any]], keys: list[str], workers: int) -> dict[str, dict[str, Any]]:
