@@ -263,7 +263,8 @@ def promote(
     family: Optional[str] = typer.Option(None, help="Promote this family by hand (needs --dataset): the alias "
                                                     "moves whatever the rule says."),
     force: bool = typer.Option(False, "--force", help="Move the alias to the candidate even if the rule says no "
-                                                      "or the candidate is marked not converged."),
+                                                      "or the candidate is marked not converged (†), mostly "
+                                                      "failed (§) or no better than trivial (∅)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show champion and candidate; register and move nothing."),
     root: Path = ROOT,
 ) -> None:
