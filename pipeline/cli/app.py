@@ -48,6 +48,7 @@ def _spaces(base: Path, families: list[str]) -> None:
 
 
 DATASET = typer.Argument(..., help="A key of `prepare` in params.yaml.")
+LISTED_DATASET = typer.Argument(..., help="A dataset of params.yaml `datasets`.")
 SOURCE = typer.Option(
     None, "--source", envvar="CTSWEEP_DATA_SOURCE",
     help="A local directory, file or http(s) URL prefix holding the raw files by name (a mirror).",
@@ -117,7 +118,7 @@ def classical(dataset: str = DATASET, root: Path = ROOT) -> None:
 @app.command()
 @_stage
 def search(
-    dataset: str,
+    dataset: str = LISTED_DATASET,
     family: Optional[str] = typer.Argument(None, help="One family; omitted: every family of params.yaml "
                                                       "`families` at once, skipping those whose result is current."),
     root: Path = ROOT,
@@ -157,7 +158,7 @@ def search(
 @app.command()
 @_stage
 def final(
-    dataset: str,
+    dataset: str = LISTED_DATASET,
     family: Optional[str] = typer.Argument(None, help="One family; omitted: every family of params.yaml "
                                                       "`families` at once, skipping those whose result is current."),
     root: Path = ROOT,

@@ -16,16 +16,18 @@ from pipeline.config.base import Name, Seed, _few, _Strict
 MAX_SEQUENCES = 10_000_000  # a bound on generated or kept sequences: far above any dataset here
 MAX_STEPS = 1_000_000  # a bound on window and sequence lengths
 MAX_PRECOMPUTE = 64  # precomputed input variants per dataset
+KIND = "the dataset kind: it picks which keys the section takes (pipeline/data/kinds/)"
 
 
 class XorParams(_Strict):
     """Bit-stream XOR (Lechner & Hasani 2020): parity of 2-31 random bits."""
 
-    kind: Literal["xor"]
-    event_based: bool = True
+    kind: Literal["xor"] = Field(description=KIND)
+    event_based: bool = Field(True, description="a step at the first bit, at each change and at the stream's end, "
+                              "so elapsed times carry the run lengths; false: one step per bit (dense)")
     n_train: int = Field(2000, gt=10, le=MAX_SEQUENCES, description="train + validation sequences (at most 10^7)")
     n_test: int = Field(1000, gt=0, le=MAX_SEQUENCES, description="at most 10^7")
-    val_fraction: float = Field(0.1, gt=0, lt=1)
+    val_fraction: float = Field(0.1, gt=0, lt=1, description="of the n_train sequences, held out for validation")
     seed: Seed = 1234984
 
 
@@ -33,8 +35,10 @@ class PrecomputeSpec(_Strict):
     """Model inputs built once in `prepare` (for example log-signature windows) instead of in
     every trial: the family whose `prepare_inputs` builds them, and the arguments it reads."""
 
-    family: Name
-    args: dict[str, Any] = Field(default_factory=dict)
+    family: Name = Field(description="the family whose `prepare_inputs` builds the inputs")
+    args: dict[str, Any] = Field(
+        default_factory=dict, description="values of the family's `input_arguments` to build them with, e.g. "
+        "{logsig_depth: 2, logsig_step: 4}; one left out takes its default")
 
     @model_validator(mode="after")
     def _known_family(self) -> "PrecomputeSpec":
@@ -65,22 +69,21 @@ class PrecomputeSpec(_Strict):
 class UeaParams(_Strict):
     """A UEA archive dataset: aeon's bundled copy when it ships one, else the archive's zip."""
 
-    kind: Literal["uea"]
+    kind: Literal["uea"] = Field(description=KIND)
     name: str = Field("JapaneseVowels", description="any UCR univariate or UEA multivariate dataset aeon lists (uea.py)")
     drop_fraction: float = Field(0.0, ge=0, lt=1, description="observations dropped per series")
     resplit: bool = Field(False, description="pool train+test and split 70/15/15 (Kidger et al.)")
     val_fraction: float = Field(0.2, gt=0, lt=1, description="of train, when not resplit")
     seed: Seed = Field(56789, description="dropped positions and splits (Kidger et al.'s generator seed)")
-    precompute: list[PrecomputeSpec] = Field(default_factory=list, max_length=MAX_PRECOMPUTE,
-                                             description=f"at most {MAX_PRECOMPUTE}")
+    precompute: list[PrecomputeSpec] = Field(default_factory=list, max_length=MAX_PRECOMPUTE)
 
 
 class SpeechCommandsParams(_Strict):
     """Speech Commands v0.02, the ten keywords, 20 MFCCs of 161 frames (Kidger et al. 2020)."""
 
-    kind: Literal["speech_commands"]
-    n_mfcc: int = Field(20, ge=1, le=256)
-    n_mels: int = Field(64, ge=1, le=1024)
+    kind: Literal["speech_commands"] = Field(description=KIND)
+    n_mfcc: int = Field(20, ge=1, le=256, description="MFCCs per frame, the input channels (at most n_mels)")
+    n_mels: int = Field(64, ge=1, le=1024, description="mel filterbank bands the MFCCs are computed from")
     n_fft: int = Field(200, ge=16, le=16000, description="window; the hop is n_fft // 2 (torchaudio)")
     seed: Seed = 0
     precompute: list[PrecomputeSpec] = Field(default_factory=list, max_length=MAX_PRECOMPUTE)
@@ -95,7 +98,7 @@ class SpeechCommandsParams(_Strict):
 class SepsisParams(_Strict):
     """PhysioNet/CinC 2019 sepsis prediction, training sets A and B, first 72 hours."""
 
-    kind: Literal["sepsis"]
+    kind: Literal["sepsis"] = Field(description=KIND)
     intensity: bool = Field(
         False, description="observational intensity (Kidger et al. 2020): cumulative observation counts "
         "of the 34 channels, and Unit1/Unit2-observed static flags")
@@ -113,12 +116,13 @@ PHYSIONET2012_SETS = ("a", "b", "c")  # all three published with their outcomes 
 class Physionet2012Params(_Strict):
     """PhysioNet/CinC 2012 in-hospital mortality: set-a with Outcomes-a (and sets b, c when listed), first 48 hours."""
 
-    kind: Literal["physionet2012"]
+    kind: Literal["physionet2012"] = Field(description=KIND)
     sets: list[Literal["a", "b", "c"]] = Field(
         default_factory=lambda: ["a"], min_length=1, max_length=len(PHYSIONET2012_SETS),
         description="the challenge's sets to fetch and pool, each with its Outcomes file: [a] (4,000 stays; CfC, "
         "Hasani et al. 2022) or up to [a, b, c] (12,000 stays; Kohan et al.)")
-    max_hours: float = Field(48.0, gt=0, le=100_000)
+    max_hours: float = Field(48.0, gt=0, le=100_000, description="measurements later than this many hours after "
+                             "admission are dropped")
     quantization: float = Field(
         0.016, gt=0, le=100_000, description="hours observation times are rounded to (CfC 0.016; Rubanova 0.1)")
     seed: Seed = 0
@@ -151,7 +155,7 @@ class PersonActivityParams(_Strict):
     tags' 12 coordinates, chunks of 50). A key left out takes its variant's default.
     """
 
-    kind: Literal["person_activity"]
+    kind: Literal["person_activity"] = Field(description=KIND)
     variant: Literal["odelstm", "rubanova"] = Field(
         "odelstm", description="odelstm: Lechner & Hasani 2020 (CfC, CDR-NDE); rubanova: Rubanova et al. 2019 "
         "(Temporal Weights, Kohan et al. 2022)")
@@ -176,10 +180,11 @@ class PersonActivityParams(_Strict):
 class Walker2dParams(_Strict):
     """Walker2d kinematics (Lechner & Hasani 2020): next-state regression, 17 dims."""
 
-    kind: Literal["walker2d"]
-    window: int = Field(64, ge=2, le=MAX_STEPS)
-    stride: int = Field(16, ge=1, le=MAX_STEPS)
-    drop_fraction: float = Field(0.1, ge=0, lt=1)
+    kind: Literal["walker2d"] = Field(description=KIND)
+    window: int = Field(64, ge=2, le=MAX_STEPS, description="kept steps per window; 64 is ODE-LSTM's")
+    stride: int = Field(16, ge=1, le=MAX_STEPS, description="kept steps between window starts; 16 is ODE-LSTM's")
+    drop_fraction: float = Field(0.1, ge=0, lt=1, description="share of simulation steps dropped at random (the "
+                                 "irregular sampling); 0.1 is ODE-LSTM's")
     seed: Seed = Field(125487, description="file shuffle before the 75/10/15 split; 125487 is ODE-LSTM's")
     drop_seed: Seed = Field(891374, description="which steps are dropped; 891374 is ODE-LSTM's")
     scaling: Literal["standard", "raw"] = Field(
@@ -190,7 +195,7 @@ class Walker2dParams(_Strict):
 class ImdbParams(_Strict):
     """IMDB movie-review sentiment (Maas et al. 2011; CfC paper), Keras' tokenised copy."""
 
-    kind: Literal["imdb"]
+    kind: Literal["imdb"] = Field(description=KIND)
     vocab_size: int = Field(
         20000, ge=4, le=10_000_000, description="Keras num_words: ids >= this become OOV (2); CfC train_imdb.py's 20000")
     max_length: int = Field(
@@ -206,7 +211,7 @@ class LocalParams(_Strict):
     contract, or aeon .ts files, as one file or a folder. What is left out is inferred from the
     labels where that is unambiguous; otherwise prepare names the key to set."""
 
-    kind: Literal["local"]
+    kind: Literal["local"] = Field(description=KIND)
     path: str = Field(..., min_length=1, max_length=4096,
                       description="a file or folder; relative paths are relative to the project root")
     task: Optional[Literal["classification", "binary", "regression"]] = Field(

@@ -80,11 +80,16 @@ MAX_ROUNDS_IN_FLIGHT = 8  # more would make TPE little more than its random star
 
 
 class AshaParams(_Strict):
+    """ASHA, which stops a search's weaker trials early (Ray Tune's ASHAScheduler; max_t: `search.epochs`)."""
+
     grace_period: int = Field(2, ge=1, le=MAX_EPOCHS, description="epochs before a trial can be stopped")
-    reduction_factor: float = Field(2, gt=1, le=1000)
+    reduction_factor: float = Field(2, gt=1, le=1000, description="rungs at grace_period x reduction_factor^k epochs; "
+                                    "the best 1/reduction_factor of the trials at a rung go on")
 
 
 class SearchParams(_Strict):
+    """The search stage (`ctsweep search`): Optuna's TPE proposes each family's trials, ASHA stops the weaker."""
+
     num_samples: int = Field(4, ge=1, le=MAX_TRIALS, description=f"trials per (dataset, family), reference "
                                                                  f"included (at most {MAX_TRIALS})")
     max_concurrent: int = Field(2, ge=1, le=1024, description="at most 1024")
@@ -123,8 +128,7 @@ class SearchParams(_Strict):
                                          "gain (pipeline/config/saturation.py): `enabled`, `min_trials`, `max_trials`, "
                                          "`rise`")
     resources: Resources = Resources()
-    family_resources: dict[Name, ResourceOverride] = Field(
-        default_factory=dict, description="per-family changes to `resources`, e.g. {cdr_nde_heat: {cpu: 2}}")
+    family_resources: dict[Name, ResourceOverride] = Field(default_factory=dict)
     fixed: dict[Name, dict[Name, FixedValue]] = Field(
         default_factory=dict, description="per family, values fixed in this run over its space's reference and fixed "
         "values, no longer searched, e.g. {ode_rnn: {optimizer: rmsprop, lr: 0.005}} (a paper's protocol for its "
@@ -186,6 +190,8 @@ class SearchParams(_Strict):
 
 
 class FinalParams(_Strict):
+    """The final stage (`ctsweep final`): each family's best searched configuration retrained on every seed."""
+
     seeds: list[Seed] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1, max_length=100,
                               description="at most 100 distinct seeds")
     epochs: int = Field(10, description="maximum epochs per seed (early stopping may end it "
@@ -268,6 +274,8 @@ class FinalParams(_Strict):
 
 
 class PromoteParams(_Strict):
+    """The rule `ctsweep promote` applies: when a dataset's candidate replaces its champion."""
+
     seeds_required: int = Field(5, ge=1, le=100, description="final seeds a family needs to be promoted "
                                                              "(at most the number of `final.seeds`)")
     min_improvement: float = Field(0.0, ge=0, description="margin the candidate must beat the champion by")
@@ -288,14 +296,18 @@ class ClassicalParams(_Strict):
 class Params(_Strict):
     datasets: list[Name] = Field(min_length=1, max_length=1000, description="distinct, at most 1000")
     families: list[Name] = Field(min_length=1, max_length=1000, description="distinct registry names")
-    prepare: dict[Name, DatasetParams] = Field(max_length=1000)
+    prepare: dict[Name, DatasetParams] = Field(max_length=1000, description="each dataset's source and "
+                                               "preprocessing, keyed by its name; one section per `kind` below")
     search: SearchParams = SearchParams()
     final: FinalParams = FinalParams()
     promote: PromoteParams = PromoteParams()
     classical: ClassicalParams = ClassicalParams()
     # name -> "package.module:Class" or {model, space}: read and imported before the rest is
     # validated (pipeline/models/user.py), so `families` and the per-family keys may name them.
-    user_families: dict[Name, Any] = Field(default_factory=dict, max_length=1000)
+    user_families: dict[Name, Any] = Field(
+        default_factory=dict, max_length=1000, description="families of your own: name -> `package.module:Class` "
+        "(space: search_spaces/<name>.yaml) or {model, space}, importable from the project root; `families` may "
+        "then name them (pipeline/models/user.py, docs/how-to/own-model.md)")
 
     _distinct_datasets = field_validator("datasets")(lambda v: _distinct(v, "datasets"))
     _distinct_families = field_validator("families")(lambda v: _distinct(v, "families"))

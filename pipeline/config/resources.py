@@ -29,12 +29,15 @@ class Resources(_Strict):
 
 
 class ResourceOverride(_Strict):
-    """Per-family changes to the stage's `resources`: only the keys given replace the defaults
-    (each with the same bounds and rules as in `resources`)."""
+    """Per-family changes to the stage's `resources`, e.g. {cdr_nde_heat: {cpu: 2}}: only the keys
+    given replace the defaults (each with the same bounds and rules as in `resources`)."""
 
-    cpu: float | None = Field(None, gt=0, le=MAX_CPU)
-    gpu: float | None = Field(None, ge=0, le=MAX_GPU)
-    workers: int | None = Field(None, ge=1, le=MAX_WORKERS)
+    cpu: float | None = Field(None, gt=0, le=MAX_CPU,
+                              description="the family's CPUs per process (null: `resources.cpu`)")
+    gpu: float | None = Field(None, ge=0, le=MAX_GPU,
+                              description="the family's GPUs per process (null: `resources.gpu`)")
+    workers: int | None = Field(None, ge=1, le=MAX_WORKERS, description="the family's data-parallel workers per trial "
+                                "(null: `resources.workers`; final: 1 only)")
 
     _whole_gpus = field_validator("gpu")(_whole_gpus_above_one)
 
