@@ -34,8 +34,7 @@ def _loaded(code: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> d
                                     "pipeline.reporting.status", "pipeline.progress.running"])
 def test_importing_the_command_layer_pulls_in_no_heavy_library(module: str) -> None:
     found = _loaded(f"import {module}\nout = None")
-    allowed = ("pandas", "scipy") if module in ("pipeline.config", "pipeline.spaces", "pipeline.models") else ()
-    assert [m for m in found["heavy"] if m not in allowed] == [], f"`import {module}` imports {found['heavy']}"
+    assert found["heavy"] == [], f"`import {module}` imports {found['heavy']}"
 
 
 def test_params_and_every_shipped_space_are_checked_without_torch_or_optuna() -> None:
