@@ -155,6 +155,41 @@ def test_cli_reference_has_every_command_and_option(hooks: types.ModuleType) -> 
                     f"docs/reference/cli.md#{anchor}: `{' '.join(path)}` does not list {kind} `{name}`")
 
 
+def _doc_command_lines() -> Iterator[tuple[str, str]]:
+    """(page, line) for every `ctsweep ...` command line in a fenced bash, sh, shell or console
+    block of the README and the docs (a `$ ` prompt and a trailing comment dropped; a line of
+    output, `ctsweep search: ...`, skipped)."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    for page in pages:
+        for block in re.findall(r"^ *```(?:bash|sh|console|shell)\n(.*?)^ *```", page.read_text(), re.S | re.M):
+            for line in block.splitlines():
+                line = line.strip().removeprefix("$ ")
+                if (line.startswith("ctsweep ") or line == "ctsweep") and not line.split()[min(1, len(line.split()) - 1)].endswith(":"):
+                    line = re.split(r" (?:&&|\|\||\||;) ", line.split("  #")[0].split(" # ")[0])[0]  # ctsweep's part
+                    yield str(page.relative_to(REPO)), line.strip()
+
+
+def test_every_command_in_the_docs_exists_with_its_options() -> None:
+    """A `ctsweep` command line in a code block names a real command, and only options it has
+    (the CLI reference is generated from the same Typer app)."""
+    commands = {tuple(path[1:]): command for path, command in _command_paths(typer.main.get_command(app), ["ctsweep"])}
+    lines = list(_doc_command_lines())
+    assert len(lines) > 20, "the walk found too few command lines in the docs"
+    for page, line in lines:
+        words = line.split()[1:]
+        path: tuple[str, ...] = ()
+        while words and path + (words[0],) in commands:
+            path, words = path + (words[0],), words[1:]
+        command = commands[path]
+        assert path or not words or words[0].startswith("-"), f"{page}: `{line}`: no command `{words[0]}`"
+        known = {o for param in command.params for o in (*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ()))}
+        known |= {"--help"}
+        for word in words:
+            option = word.split("=")[0]
+            if option.startswith("--"):
+                assert option in known, f"{page}: `{line}`: `ctsweep {' '.join(path)}` has no option {option}"
+
+
 # --- (c) the params.yaml reference holds every key ---
 
 def _models(annotation: Any) -> list[tuple[str, type[BaseModel]]] | None:
