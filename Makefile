@@ -93,10 +93,11 @@ coverage: install
 mlflow-ui: install
 	mlflow ui --backend-store-uri sqlite:///$(abspath mlflow.db) --host 127.0.0.1 --port 5000
 
-# `make optuna-dashboard`: every search's Optuna study (search.optuna_storage) at http://127.0.0.1:8080
+# `make optuna-dashboard`: every search's Optuna study at http://127.0.0.1:8080, from the store
+# params.yaml's search.optuna_storage names (an SQLite file or a postgresql:// URL), checked first.
 .PHONY: optuna-dashboard
 optuna-dashboard: install
-	optuna-dashboard sqlite:///$(abspath optuna.db) --host 127.0.0.1 --port 8080
+	$(BIN)/ctsweep optuna-dashboard --host 127.0.0.1 --port 8080
 
 # `make mlflow-server`: the tracking server trials on every node log to (MLFLOW_TRACKING_URI=
 # http://<host>:<port>). It serves ./mlflow.db (MLFLOW_BACKEND: another store, e.g. the URL

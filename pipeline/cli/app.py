@@ -358,6 +358,34 @@ def profile_command(
                f"families, {pairs} searches); your own params.yaml is kept as {backup}", err=True)
 
 
+@app.command("optuna-dashboard")
+@_stage
+def optuna_dashboard_command(
+    host: str = typer.Option("127.0.0.1", help="The address to serve on (the loopback: only this machine)."),
+    port: int = typer.Option(8080, min=1, max=65535, help="The port to serve on."),
+    root: Path = ROOT,
+) -> None:
+    """Serve every search's Optuna study from the store `search.optuna_storage` names (an SQLite
+    file or a database URL such as postgresql://...) with optuna-dashboard; a store that cannot be
+    opened is one line, as the search refuses it."""
+    import os
+    import shutil
+
+    from pipeline.stores.database_url import masked
+    from pipeline.sweep.sensitivity import check_optuna_storage
+
+    base, params = _params(root)
+    url = check_optuna_storage(base, params.search.optuna_storage)  # one line if it cannot be opened
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
+        raise ConfigError(f"params.yaml: key `search.optuna_storage`: no study store at {url.removeprefix('sqlite:///')} "
+                          "yet (a search writes it); allowed: the store of a project that has searched")
+    program = shutil.which("optuna-dashboard")
+    if program is None:
+        raise ConfigError("optuna-dashboard is not installed in this environment; allowed: `make install`")
+    typer.echo(f"optuna-dashboard: the studies of {masked(url)} at http://{host}:{port}", err=True)
+    os.execv(program, [program, url, "--host", host, "--port", str(port)])
+
+
 @app.command("check")
 @_stage
 def check_command(root: Path = ROOT) -> None:
