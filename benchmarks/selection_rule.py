@@ -95,26 +95,16 @@ def folds(data: Any, k: int) -> list[Any]:
     import numpy as np
     from sklearn.model_selection import StratifiedKFold
 
-    from pipeline.data.contract import Split, take
+    from pipeline.data.contract import take
+    from pipeline.data.resplit import joined
 
-    train, val = data.splits["train"], data.splits["val"]
-    length = max(train.mask.shape[1], val.mask.shape[1])
-
-    def padded(s: Split) -> Split:  # NaN values, the last time repeated, masked out (pad_sequences' form)
-        extra = length - s.mask.shape[1]
-        if not extra:
-            return s
-        x = np.concatenate([s.x, np.full((len(s), extra, s.x.shape[2]), np.nan, s.x.dtype)], axis=1)
-        t = np.concatenate([s.t, np.repeat(s.t[:, -1:], extra, axis=1)], axis=1)
-        mask = np.concatenate([s.mask, np.zeros((len(s), extra), bool)], axis=1)
-        return Split(x, t, mask, s.y)
-
-    a, b = padded(train), padded(val)
-    pool = Split(*(np.concatenate([getattr(a, f), getattr(b, f)]) for f in ("x", "t", "mask", "y")))
+    pool = joined(data.splits["train"], data.splits["val"], data.meta.per_step)
     out = []
     for fit, held in StratifiedKFold(n_splits=k, shuffle=True, random_state=0).split(np.zeros(len(pool)), pool.y):
         splits = {**data.splits, "train": take(pool, fit), "val": take(pool, held)}
-        out.append(dataclasses.replace(data, splits=splits, meta=dataclasses.replace(
+        # folder=None: inputs precomputed or cached for the prepared splits (NCDE's spline
+        # coefficients) belong to those splits, not to a fold's; they are built again in memory
+        out.append(dataclasses.replace(data, splits=splits, folder=None, meta=dataclasses.replace(
             data.meta, sizes={**data.meta.sizes, "train": len(fit), "val": len(held)})))
     return out
 

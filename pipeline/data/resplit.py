@@ -27,7 +27,7 @@ def _pad(a: np.ndarray, length: int, fill: float | str) -> np.ndarray:
     return np.pad(a, width, mode="constant", constant_values=fill)
 
 
-def _joined(a: Split, b: Split, per_step: bool) -> Split:
+def joined(a: Split, b: Split, per_step: bool) -> Split:
     """Two splits as one, the shorter padded as the contract pads (x NaN, t its last time, mask False)."""
     length = max(a.mask.shape[1], b.mask.shape[1])
 
@@ -49,7 +49,7 @@ def per_seed_validation(data: Dataset, seed: int) -> Dataset:
     from sklearn.model_selection import train_test_split
 
     meta = data.meta
-    pool = _joined(data.splits["train"], data.splits["val"], meta.per_step)
+    pool = joined(data.splits["train"], data.splits["val"], meta.per_step)
     n_val = len(data.splits["val"])
     idx = np.arange(len(pool))
     labels = pool.y if meta.task in ("classification", "binary") and not meta.per_step else None
