@@ -190,6 +190,76 @@ def test_every_command_in_the_docs_exists_with_its_options() -> None:
                 assert option in known, f"{page}: `{line}`: `ctsweep {' '.join(path)}` has no option {option}"
 
 
+def _doc_pages() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def _yaml_blocks() -> Iterator[tuple[str, str]]:
+    for page in _doc_pages():
+        for block in re.findall(r"^ *```yaml\n(.*?)^ *```", page.read_text(), re.S | re.M):
+            yield str(page.relative_to(REPO)), block
+
+
+def _merged(base: dict[str, Any], fragment: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in fragment.items():
+        out[key] = _merged(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return out
+
+
+def _unknown_keys(fragment: dict[str, Any], base: dict[str, Any]) -> list[str]:
+    """The keys of a params.yaml fragment that Params does not have (extra_forbidden), its other
+    values left unjudged (a placeholder such as `<what ... prints>` is the docs' business)."""
+    from pydantic import ValidationError
+
+    try:
+        Params.model_validate(_merged(base, fragment))
+    except ValidationError as err:
+        return [".".join(map(str, e["loc"])) for e in err.errors() if e["type"] == "extra_forbidden"]
+    return []
+
+
+def test_every_params_key_in_the_docs_exists() -> None:
+    """A yaml block of the docs that is a params.yaml fragment (its top-level keys are sections of
+    params.yaml) names only keys Params has: merged into the shipped params.yaml, validation
+    finds no unknown key. Search-space blocks (reference:, params:) are not fragments."""
+    base = yaml.safe_load((REPO / "params.yaml").read_text())
+    assert _unknown_keys({"search": {"no_such_key": 1}}, base) == ["search.no_such_key"]  # the check can fail
+    fragments = []
+    for page, block in _yaml_blocks():
+        data = yaml.safe_load(block.replace("...", "null"))
+        if isinstance(data, dict) and set(data) <= set(Params.model_fields):
+            fragments.append(page)
+            assert not _unknown_keys(data, base), f"{page}: params.yaml has no key {_unknown_keys(data, base)}: {block!r}"
+    assert len(fragments) >= 6, f"the walk found too few params.yaml fragments in the docs: {fragments}"
+
+
+# A measured figure: a mean ± spread, or a percentage to two decimals. Shorter figures (0.5 s,
+# 1.05x) recur by coincidence (a target, another measurement); these do not.
+_FIGURE = re.compile(r"(?<![\w.])\d+\.\d+ ± \d+\.\d+|(?<![\w.])\d+\.\d{2} ?%")
+
+
+def _figures_on_several_pages(pages: dict[str, str]) -> dict[str, list[str]]:
+    """figure -> the pages stating it, where more than one does. A page that includes another's
+    lines (pymdownx.snippets, `--8<--`) does not state them: its source holds only the marker."""
+    where: dict[str, set[str]] = {}
+    for page, text in pages.items():
+        for figure in _FIGURE.findall(text):
+            where.setdefault(figure.replace(" %", "%"), set()).add(page)
+    return {figure: sorted(on) for figure, on in where.items() if len(on) > 1}
+
+
+def test_a_measured_figure_is_stated_on_one_page() -> None:
+    """The same figure on two pages goes stale on one: a page that needs another's figures links
+    to them or includes them (`--8<-- "README.md:default-table"`)."""
+    assert _figures_on_several_pages({"a.md": "97.36 ± 0.64", "b.md": "(97.36 ± 0.64 %)", "c.md": "95.95 %"}) \
+        == {"97.36 ± 0.64": ["a.md", "b.md"]}  # the check can fail
+    pages = {str(page.relative_to(REPO)): page.read_text() for page in _doc_pages()}
+    assert sum(len(_FIGURE.findall(text)) for text in pages.values()) > 50, "the walk found too few figures"
+    repeated = _figures_on_several_pages(pages)
+    assert not repeated, f"figures stated on more than one page (link or include them instead): {repeated}"
+
+
 # --- (c) the params.yaml reference holds every key ---
 
 def _models(annotation: Any) -> list[tuple[str, type[BaseModel]]] | None:
