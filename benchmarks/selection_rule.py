@@ -26,7 +26,8 @@ each configuration is also trained, at the first seed, on K stratified folds of 
 validation series together (sklearn's StratifiedKFold, seed 0), each model scored on the fold it
 did not see, and the rule ranks by the pooled fold accuracy (correct over all training and
 validation series: a step of 1/67 on ItalyPowerDemand instead of 1/14), the pooled loss breaking
-ties. The folds reuse the prepared data's standardisation (the training split's statistics).
+ties. A k-fold trial costs K trials, so the table also gives the k-fold rule's picks among n / K
+configurations: what the same training time buys it. The folds reuse the prepared data's standardisation (the training split's statistics).
 """
 
 from __future__ import annotations
@@ -139,6 +140,7 @@ def analyse(runs: list[dict[str, Any]], sizes: list[int], seed: int = 0) -> list
     rng = random.Random(seed)
     rows = []
     cv = kfold_scores(runs)
+    k = max((r["folds"] for r in runs if r.get("fold") is not None), default=0)
     runs = [r for r in runs if r.get("fold") is None]
     for family in sorted({r["family"] for r in runs}):
         mine = [r for r in runs if r["family"] == family]
@@ -164,8 +166,15 @@ def analyse(runs: list[dict[str, Any]], sizes: list[int], seed: int = 0) -> list
                 differ += chosen[RULES[0]] != chosen[RULES[1]]
                 for rule, i in chosen.items():
                     picks[rule].append(held_out[i])
+            same_cost = {}
+            if kfold:  # k-fold at the same cost: n trials' training buys n / k configurations of k folds
+                m = max(1, round(n / k))
+                every = list(itertools.combinations(complete, m))
+                fewer = every if len(every) <= MAX_SUBSETS else [tuple(rng.sample(complete, m)) for _ in range(MAX_SUBSETS)]
+                same_cost = {"kfold_same_cost_n": m, f"test {KFOLD} same cost": statistics.fmean(
+                    held_out[pick([(i, *cv[(family, i)]) for i in subset], RULES[0])] for subset in fewer)}
             rows.append({"family": family, "n": n, "configs": len(complete), "subsets": len(subsets),
-                         **{f"test {rule}": statistics.fmean(picks[rule]) for rule in rules},
+                         **{f"test {rule}": statistics.fmean(picks[rule]) for rule in rules}, **same_cost,
                          "differ_share": differ / len(subsets),
                          "at_ceiling": sum(by[(i, first)]["val"] == 1.0 for i in complete) / len(complete),
                          "oracle": max(held_out.values()), "mean_config": statistics.fmean(held_out.values())})
@@ -175,12 +184,14 @@ def analyse(runs: list[dict[str, Any]], sizes: list[int], seed: int = 0) -> list
 def markdown(rows: list[dict[str, Any]], title: str) -> str:
     kfold = any(f"test {KFOLD}" in r for r in rows)
     lines = [title, "", "| family | trials | test: accuracy, then loss | test: loss alone | "
-             + ("test: k-fold | " if kfold else "") + "picks differ | configs at 100 % val | best config | mean config |",
-             "|---|---|---|---|" + ("---|" if kfold else "") + "---|---|---|---|"]
+             + ("test: k-fold | k-fold at the same cost (configurations) | " if kfold else "")
+             + "picks differ | configs at 100 % val | best config | mean config |",
+             "|---|---|---|---|" + ("---|---|" if kfold else "") + "---|---|---|---|"]
     for r in rows:
         cv = r.get(f"test {KFOLD}")
         lines.append(f"| {r['family']} | {r['n']} | {100 * r['test ' + RULES[0]]:.2f} | {100 * r['test ' + RULES[1]]:.2f} | "
-                     + (("–" if cv is None else f"{100 * cv:.2f}") + " | " if kfold else "")
+                     + (("– | – | " if cv is None else f"{100 * cv:.2f} | {100 * r[f'test {KFOLD} same cost']:.2f} "
+                                                           f"({r['kfold_same_cost_n']}) | ") if kfold else "")
                      + f"{100 * r['differ_share']:.0f} % | {100 * r['at_ceiling']:.0f} % | {100 * r['oracle']:.2f} | "
                      f"{100 * r['mean_config']:.2f} |")
     return "\n".join(lines) + "\n"
