@@ -8,9 +8,9 @@ committed report (reports/metrics.json) and a real MLflow SQLite store holding o
 (`status` on a finished run) or one run left RUNNING (`status` when a run may be going on: the
 path that asks MLflow).
 
-    python -m benchmarks.commands.startup --out benchmarks/results/startup            # this checkout
-    python -m benchmarks.commands.startup --code /path/to/other/checkout --out DIR    # another checkout's
-                                                                             # pipeline/, same venv
+    python -m benchmarks.commands.startup --out benchmarks/results/startup          # this checkout
+    python -m benchmarks.commands.startup --code /path/to/other/checkout --out DIR  # another checkout's
+                                                                                    # pipeline/, same venv
 
 Figures depend on the machine and on its load: compare runs made one after the other.
 """
