@@ -161,44 +161,44 @@ docs-serve: install
 BENCH_ARGS ?=
 .PHONY: bench
 bench: install
-	$(BIN)/python -m benchmarks.zoo $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.zoo.run $(BENCH_ARGS)
 
 # `make bench-datasets`: seconds and peak memory of every source dataset's prepare on synthetic
-# raw files of the real size (benchmarks/datasets.py; about 9 minutes the first time, 5 GB in /tmp).
+# raw files of the real size (benchmarks/datasets/prepare.py; about 9 minutes the first time, 5 GB in /tmp).
 .PHONY: bench-datasets
 bench-datasets: install
-	$(BIN)/python benchmarks/datasets.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/datasets/prepare.py $(BENCH_ARGS)
 
 # `make bench-cluster`: the pipeline's overhead (ctsweep against a plain loop of the same trials,
-# 2 at a time) and trials per hour with 1 and 2 workers (benchmarks/cluster.py; about 13 minutes on
+# 2 at a time) and trials per hour with 1 and 2 workers (benchmarks/cluster/run.py; about 13 minutes on
 # 2 cores, BENCH_ARGS=--full for params.yaml's whole workload, about 35).
 .PHONY: bench-cluster
 bench-cluster: install
-	$(BIN)/python -m benchmarks.cluster $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.cluster.run $(BENCH_ARGS)
 
 # `make bench-convergence`: params.yaml's final best configurations retrained with 4x the final
 # budget, the default's test mean against it per cell (benchmarks/README.md); needs results/*/final.
 .PHONY: bench-convergence
 bench-convergence: install
-	$(BIN)/python -m benchmarks.convergence $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.budget.convergence $(BENCH_ARGS)
 
 # `make bench-small-data`: which final.validation makes small datasets' results converge and agree
-# across reruns (benchmarks/small_data.py; BENCH_ARGS="--root PROJECT ..." names a project whose
+# across reruns (benchmarks/budget/small_data.py; BENCH_ARGS="--root PROJECT ..." names a project whose
 # params.yaml prepares them, e.g. GunPoint and ArrowHead: docs/benchmarks/small-data.md).
 .PHONY: bench-small-data
 bench-small-data: install
-	$(BIN)/python -m benchmarks.small_data $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.budget.small_data $(BENCH_ARGS)
 
 # `make bench-fill`: how full a local Ray head declaring 32 CPUs stays when 12 synthetic searches
 # (trials that sleep instead of training) run one after another, and all at once through
-# search_many (benchmarks/fill.py; 14 to 19 minutes on 2 cores; BENCH_ARGS=--quick: a smoke run).
+# search_many (benchmarks/fill/run.py; 14 to 19 minutes on 2 cores; BENCH_ARGS=--quick: a smoke run).
 .PHONY: bench-fill
 bench-fill: install
-	$(BIN)/python -m benchmarks.fill $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.fill.run $(BENCH_ARGS)
 
 # `make bench-gpu`: search trials per hour with 1, 2 and 4 trials per GPU, and the fill of one
-# GPU's 4 trial slots with the families searched one after another and at once (benchmarks/gpu.py;
+# GPU's 4 trial slots with the families searched one after another and at once (benchmarks/gpu/run.py;
 # needs data/processed/japanese_vowels; about 8 minutes on an H200; runs without CUDA as a smoke test).
 .PHONY: bench-gpu
 bench-gpu: install
-	$(BIN)/python -m benchmarks.gpu $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.gpu.run $(BENCH_ARGS)

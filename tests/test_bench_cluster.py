@@ -1,4 +1,4 @@
-"""The cluster benchmark (benchmarks/cluster.py): replay planning, the plain path's trial, flags,
+"""The cluster benchmark (benchmarks/cluster/run.py): replay planning, the plain path's trial, flags,
 and a --quick run through real Ray, Optuna, MLflow and a spawned worker pool.
 
 Timings are machine-dependent and never asserted; their arithmetic and the replay are.
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # benchmarks/ is a folder of the repository, not an installed package
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import cluster  # noqa: E402
+from benchmarks.cluster import run as cluster  # noqa: E402
 from pipeline.config import AshaParams, SearchParams, XorParams  # noqa: E402
 from pipeline.data.contract import Dataset, Split, save_dataset  # noqa: E402
 from pipeline.data.kinds.xor import build as build_xor  # noqa: E402

@@ -1,10 +1,10 @@
-"""benchmarks/collector.py: the collector's time in a real Tune trial, with and without freeze_survivors."""
+"""benchmarks/cluster/collector.py: the collector's time in a real Tune trial, with and without freeze_survivors."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.collector import render, summarise
+from benchmarks.cluster.collector import render, summarise
 
 
 def _trial(mode: str, tracked: int, epochs: list[tuple[float, float, int]], setup_s: float) -> dict:
@@ -29,7 +29,7 @@ def test_a_real_tune_trial_s_collector_walks_a_fraction_of_the_objects_when_froz
     frozen one the collector walks a fraction of the objects while the Trainer is built. (How much
     less time it spends there is the benchmark's figure, not a check: two trials' seconds on a
     loaded 2-core machine go either way; the object counts do not.)"""
-    from benchmarks.collector import main
+    from benchmarks.cluster.collector import main
 
     report = main(["--dataset", "japanese_vowels", "--family", "cfc", "--epochs", "3", "--repeats", "1",
                    "--out", str(tmp_path)])

@@ -1,4 +1,4 @@
-"""The convergence benchmark (benchmarks/convergence.py): the long budget's plan, the final stage's
+"""The convergence benchmark (benchmarks/budget/convergence.py): the long budget's plan, the final stage's
 stopping rules, and a factor-2 run on a tiny project (one ok cell, one failed) through spawned workers.
 
 Scores are not asserted against fixed values; the arithmetic on the numbers the run produced is.
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # benchmarks/ is a folder of the repository, not an installed package
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import convergence  # noqa: E402
+from benchmarks.budget import convergence  # noqa: E402
 from pipeline.config import XorParams  # noqa: E402
 from pipeline.data.contract import save_dataset  # noqa: E402
 from pipeline.data.kinds.xor import build as build_xor  # noqa: E402

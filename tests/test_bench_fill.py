@@ -1,4 +1,4 @@
-"""The cluster-fill benchmark (benchmarks/fill.py): its arithmetic on hand-made busy intervals,
+"""The cluster-fill benchmark (benchmarks/fill/run.py): its arithmetic on hand-made busy intervals,
 the seeded workload, and a --quick run through the real driver (real Ray, Optuna and MLflow in
 tmp dirs). Timings are machine-dependent and never asserted; what every mode ran, the fill's
 definition and the overlap of families are."""
@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # benchmarks/ is a folder of the repository, not an installed package
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import fill  # noqa: E402
-from benchmarks.fill_report import after_start_up  # noqa: E402
+from benchmarks.fill import run as fill_run  # noqa: E402
+from benchmarks.fill import workload as fill  # noqa: E402
+from benchmarks.fill.report import after_start_up, render  # noqa: E402
 
 
 def _busy(family: str, start: float, end: float, pid: int = 1, slept: float = 0.5) -> dict:
@@ -78,7 +79,7 @@ def test_render_lists_every_mode_with_its_fill() -> None:
                "python": "p", "git_commit": "g", "load_average": [1.0, 2.0]}
     report = {"quick": True, "machine": machine, "workload": {**fill.asdict(w), "medians": w.medians()},
               "modes": modes, "total_seconds": 1.0, "command": "c"}
-    text = fill.render(report)
+    text = render(report)
     assert "QUICK SMOKE RUN" in text and "TUNE_MAX_PENDING_TRIALS_PG=2" in text
     assert text.count(f"**{summary['fill']:.3f}**") == 2 and text.count("| before |") == 4  # all four tables
 
@@ -102,8 +103,8 @@ def test_workload_is_seeded_and_scores_follow_the_learning_rate() -> None:
 @pytest.mark.slow
 def test_quick_run_through_the_real_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.chdir(ROOT)  # Ray's workers import benchmarks.fill from the driver's working directory
-    report = fill.main(["--quick", "--out", str(tmp_path)])
+    monkeypatch.chdir(ROOT)  # Ray's workers import benchmarks.fill.workload from the driver's working directory
+    report = fill_run.main(["--quick", "--out", str(tmp_path)])
     assert json.loads((tmp_path / "fill.json").read_text())["modes"] == json.loads(json.dumps(report["modes"]))
     assert "QUICK SMOKE RUN" in (tmp_path / "fill.md").read_text()
     w = fill.QUICK
@@ -128,7 +129,7 @@ def test_quick_run_through_the_real_driver(tmp_path: Path, monkeypatch: pytest.M
     assert before["environment"] == {"TUNE_MAX_PENDING_TRIALS_PG": "1"}  # the driver as it was
 
 
-# ------------------------------------------------------------------ several datasets (fill_datasets)
+# ------------------------------------------------------------------ several datasets (benchmarks/fill/datasets.py)
 
 
 def _dbusy(dataset: str, family: str, start: float, end: float, pid: int) -> dict:
@@ -136,7 +137,7 @@ def _dbusy(dataset: str, family: str, start: float, end: float, pid: int) -> dic
 
 
 def test_dataset_modes_keep_the_one_dataset_figures_per_family() -> None:
-    from benchmarks import fill_datasets
+    from benchmarks.fill import datasets as fill_datasets
 
     full, quick = fill.Workload(), fill.QUICK
     for base, is_quick in ((full, False), (quick, True)):
@@ -151,7 +152,7 @@ def test_dataset_modes_keep_the_one_dataset_figures_per_family() -> None:
 
 
 def test_dataset_summary_counts_idle_time_per_search_call() -> None:
-    from benchmarks import fill_datasets
+    from benchmarks.fill import datasets as fill_datasets
 
     w = fill.Workload(families=("a", "b"), slots=2, num_samples=1, epochs=4)
     # Serial: dataset x on [10, 15) (pids 1, 2), dataset y on [15, 20) (pids 3, 4).
@@ -180,7 +181,7 @@ def test_dataset_summary_counts_idle_time_per_search_call() -> None:
 
 
 def test_render_adds_the_dataset_modes_and_their_ratio() -> None:
-    from benchmarks import fill_datasets
+    from benchmarks.fill import datasets as fill_datasets
 
     w = fill.Workload(families=("a",), slots=2, num_samples=1, epochs=4)
     records = {d: _records({"a": [4]}) for d in ("x", "y")}
@@ -201,7 +202,7 @@ def test_render_adds_the_dataset_modes_and_their_ratio() -> None:
                "python": "p", "git_commit": "g", "load_average": [1.0, 2.0]}
     report = {"quick": False, "machine": machine, "workload": {**fill.asdict(w), "medians": w.medians()},
               "modes": rows, **fields, "total_seconds": 1.0, "command": "c"}
-    text = fill.render(report)
+    text = render(report)
     assert "| datasets-serial | `search_many()` per dataset, in turn |" in text and "one `search_datasets()`" in text
     assert "**0.400**" in text and "**0.800**" in text and "fill x2.00, wall x0.50" in text
     assert "| mode | work fill |" not in text  # no one-dataset mode ran: none of their tables
@@ -212,11 +213,11 @@ def test_render_adds_the_dataset_modes_and_their_ratio() -> None:
 def test_quick_dataset_modes_through_the_real_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil
 
-    from benchmarks import fill_datasets
+    from benchmarks.fill import datasets as fill_datasets
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.chdir(ROOT)  # Ray's workers import benchmarks.fill from the driver's working directory
-    report = fill.main(["--quick", "--modes", "datasets-serial,datasets-shared", "--out", str(tmp_path), "--keep"])
+    monkeypatch.chdir(ROOT)  # Ray's workers import benchmarks.fill.workload from the driver's working directory
+    report = fill_run.main(["--quick", "--modes", "datasets-serial,datasets-shared", "--out", str(tmp_path), "--keep"])
     work = Path(report["work"])
     try:
         w, names = fill_datasets.setup(fill.QUICK, True)
@@ -246,13 +247,13 @@ def test_quick_dataset_modes_through_the_real_driver(tmp_path: Path, monkeypatch
         shutil.rmtree(work, ignore_errors=True)
 
 
-# ---------------------------------------------------------------------- the stores (fill_stores)
+# ---------------------------------------------------------------------- the stores (benchmarks/fill/stores.py)
 
 
 def test_the_long_workload_s_shortest_trial_sleeps_30_s_on_warm_workers() -> None:
     """Issue 33: trials of at least 30 s, as the default's take on a cluster: ASHA's first rung
     (grace_period epochs) at the shortest epoch a family or trial can draw."""
-    from benchmarks import fill_stores
+    from benchmarks.fill import stores as fill_stores
 
     w = fill_stores.LONG
     assert w.warm_workers and w.slots == 32
@@ -271,8 +272,8 @@ def test_quick_store_mode_logs_through_the_server_on_postgres(tmp_path: Path, mo
     from pipeline.stores.paths import search_result_path
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.chdir(ROOT)  # Ray's workers import benchmarks.fill from the driver's working directory
-    report = fill.main(["--quick", "--workload", "long", "--modes", "postgres", "--out", str(tmp_path), "--keep"])
+    monkeypatch.chdir(ROOT)  # Ray's workers import benchmarks.fill.workload from the driver's working directory
+    report = fill_run.main(["--quick", "--workload", "long", "--modes", "postgres", "--out", str(tmp_path), "--keep"])
     work = Path(report["work"])
     try:
         w = fill.QUICK

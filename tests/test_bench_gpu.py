@@ -1,4 +1,4 @@
-"""benchmarks/gpu.py: a quick run on the CPU (a logical GPU declared to a local Ray) through the
+"""benchmarks/gpu/run.py: a quick run on the CPU (a logical GPU declared to a local Ray) through the
 real search driver; packing k puts at most k trials on the GPU at once, the fill modes search
 the families one after another and then at once. A smoke test of the script, not a measurement."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import gpu
+from benchmarks.gpu import run as gpu
 from pipeline.config import XorParams
 from pipeline.data.contract import save_dataset
 from pipeline.data.kinds.xor import build

@@ -1,4 +1,4 @@
-"""benchmarks/next_step_leak.py: a per-step family's test error split by what follows each step,
+"""benchmarks/papers/next_step_leak.py: a per-step family's test error split by what follows each step,
 and with the dropped steps' gaps hidden, from weights read back from a real MLflow store."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from benchmarks import next_step_leak
-from benchmarks.next_step_leak import DROPPED, KEPT, LAST, hidden_gaps, next_step_kind, summarise
+from benchmarks.papers import next_step_leak
+from benchmarks.papers.next_step_leak import DROPPED, KEPT, LAST, hidden_gaps, next_step_kind, summarise
 from pipeline.data.contract import Dataset, Meta, Split, save_dataset
 from pipeline.final.resume import save_state
 from pipeline.stores import tracking

@@ -1,4 +1,4 @@
-"""benchmarks/paper_table.py: a paper's rows beside our final records, with the verdict the
+"""benchmarks/papers/paper_table.py: a paper's rows beside our final records, with the verdict the
 reproduction pages use (the paper's mean inside our 95 % t-interval, or wholly on one side)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import paper_table
-from benchmarks.paper_table import BETTER, NOT_RUN, REPRODUCED, WORSE, verdict
+from benchmarks.papers import paper_table
+from benchmarks.papers.paper_table import BETTER, NOT_RUN, REPRODUCED, WORSE, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 

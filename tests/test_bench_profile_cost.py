@@ -1,4 +1,4 @@
-"""benchmarks/profile_cost.py on a tiny prepared XOR dataset: each (dataset, family) of a paper
+"""benchmarks/papers/profile_cost.py on a tiny prepared XOR dataset: each (dataset, family) of a paper
 profile measured in its own process at the profile's configuration, and the core-hours of the
 profile's seeds and epochs from it. A smoke test of the script, not a measurement."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import profile_cost
+from benchmarks.papers import profile_cost
 from pipeline.config import XorParams
 from pipeline.data.contract import save_dataset
 from pipeline.data.kinds.xor import build

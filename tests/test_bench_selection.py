@@ -1,4 +1,4 @@
-"""benchmarks/selection_rule.py: its k-fold datasets (every training and validation series held
+"""benchmarks/rules/selection_rule.py: its k-fold datasets (every training and validation series held
 out once, never the prepared folder's cached inputs) and its analysis on hand-made trials."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.selection_rule import KFOLD, RULES, analyse, folds
+from benchmarks.rules.selection_rule import KFOLD, RULES, analyse, folds
 from pipeline.config import XorParams
 from pipeline.data.kinds.xor import build as build_xor
 from tests.test_resplit import _ids

@@ -1,4 +1,4 @@
-"""benchmarks/speedup.py: each side measured with its own tree's code and malloc, the worktree removed."""
+"""benchmarks/zoo/speedup.py: each side measured with its own tree's code and malloc, the worktree removed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import speedup
+from benchmarks.zoo import speedup
 
 
 @pytest.mark.slow

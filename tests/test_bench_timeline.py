@@ -1,4 +1,4 @@
-"""benchmarks/trial_timeline.py: a one-slot search's time trial by trial, read from a real MLflow store."""
+"""benchmarks/cluster/trial_timeline.py: a one-slot search's time trial by trial, read from a real MLflow store."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from benchmarks.trial_timeline import summary, timeline
+from benchmarks.cluster.trial_timeline import summary, timeline
 
 # Two trials on one slot, times in ms: each epoch's metric logged when the epoch (and its validation) ended.
 TRIALS = [  # (name, run start, [(epoch_seconds, logged at)])

@@ -1,4 +1,4 @@
-"""The model-zoo benchmark (benchmarks/zoo.py): a quick run writes complete outputs.
+"""The model-zoo benchmark (benchmarks/zoo/run.py): a quick run writes complete outputs.
 
 Checks fields and structure, never timings: those depend on the machine.
 """
@@ -17,10 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # benchmarks/ is a folder of the repository, not an installed package
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import zoo  # noqa: E402
-from benchmarks.data import DataSpec, synthetic_dataset  # noqa: E402
-from benchmarks.measure import Job, run_job  # noqa: E402
-from benchmarks.render import render_markdown  # noqa: E402
+from benchmarks.zoo import run as zoo  # noqa: E402
+from benchmarks.zoo.data import DataSpec, synthetic_dataset  # noqa: E402
+from benchmarks.zoo.measure import Job, run_job  # noqa: E402
+from benchmarks.zoo.render import render_markdown  # noqa: E402
 
 ROW_FIELDS = {"family", "status", "params", "seconds_per_epoch", "epoch_seconds", "train_mb", "peak_mb",
               "setup_seconds", "memory_method", "batch_size", "model_kwargs"}

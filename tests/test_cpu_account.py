@@ -1,4 +1,4 @@
-"""CPU time by process kind (benchmarks/cpu_account.py): the cluster benchmark's split of a pass's CPU
+"""CPU time by process kind (benchmarks/cluster/cpu_account.py): the cluster benchmark's split of a pass's CPU
 into trial processes, the driver and the processes it started, checked against what real spawned
 processes report about themselves."""
 
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # benchmarks/ is a folder of the repository, not an installed package
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.cpu_account import CpuAccount, kind_of  # noqa: E402
+from benchmarks.cluster.cpu_account import CpuAccount, kind_of  # noqa: E402
 
 
 @pytest.mark.parametrize("title, descendant, is_self, cluster, kind", [

@@ -1,5 +1,5 @@
 """The floor under which the report shows no hyperparameter importance (pipeline.sweep.sensitivity
-MIN_TRIALS), checked as benchmarks/importance.py chose it: on a synthetic objective whose most
+MIN_TRIALS), checked as benchmarks/rules/importance.py chose it: on a synthetic objective whose most
 important key is known (the learning rate), fANOVA ranks it first in most of 20 searches of
 MIN_TRIALS random trials, and not in most searches of 3, the floor it replaced."""
 
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # benchmarks/ is a folder of the repository, not an installed package
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.importance import REQUIRED, minimum, share_first  # noqa: E402
+from benchmarks.rules.importance import REQUIRED, minimum, share_first  # noqa: E402
 from pipeline.reporting.tables import sensitivity_lines  # noqa: E402
 from pipeline.sweep.sensitivity import MIN_TRIALS  # noqa: E402
 

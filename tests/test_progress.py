@@ -330,7 +330,7 @@ def test_status_from_another_terminal_shows_a_live_run_and_skips_a_dead_driver(
 
 def test_the_replay_rebuilds_a_finished_search_and_its_exact_estimate(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from benchmarks import progress_replay
+    from benchmarks.commands import progress_replay
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     client, _, exp = _store(tmp_path)  # tmp_path/mlflow.db: the project's own store
@@ -363,7 +363,7 @@ def test_the_replay_rebuilds_a_finished_search_and_its_exact_estimate(tmp_path: 
 
 
 def test_the_replay_reads_asha_s_rules_from_the_parameters_of_a_search_from_before_the_tag() -> None:
-    from benchmarks.progress_replay import _rules_from_params
+    from benchmarks.commands.progress_replay import _rules_from_params
 
     logged = {"search.epochs": "15", "search.round_size": "2", "search.rounds_in_flight": "1", "search.repeats": "1",
               "search.asha": "{'grace_period': 5, 'reduction_factor': 3}"}
@@ -372,7 +372,7 @@ def test_the_replay_reads_asha_s_rules_from_the_parameters_of_a_search_from_befo
 
 
 def test_the_replay_counts_epochs_without_progress_by_the_trainer_s_rule() -> None:
-    from benchmarks.progress_replay import _stale
+    from benchmarks.commands.progress_replay import _stale
 
     at = [float(t) for t in range(6)]
     scores = list(zip(at, [0.5, 0.6, 0.6, 0.6, 0.7, 0.7]))

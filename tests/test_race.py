@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.race_error import simulate
+from benchmarks.rules.race_error import simulate
 from pipeline.config.params import load_params
 from pipeline.config.race import RaceParams
 from pipeline.errors import ConfigError

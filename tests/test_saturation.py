@@ -211,7 +211,7 @@ def test_a_real_saturating_search_stays_within_its_budget_and_records_it(project
 
 
 def test_the_terminator_comparison_replays_a_recorded_search() -> None:
-    from benchmarks.terminator_compare import replay
+    from benchmarks.rules.terminator_compare import replay
 
     space = {"lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
              "hidden_size": {"type": "int", "low": 8, "high": 64, "log": False, "step": 8},

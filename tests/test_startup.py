@@ -1,6 +1,6 @@
 """A command checks its input before it imports torch, Ray, MLflow or Optuna: each case runs in a fresh
 interpreter and reads `sys.modules`, so a module-level import that comes back fails here (the times
-themselves live in benchmarks/startup.py, never in a test)."""
+themselves live in benchmarks/commands/startup.py, never in a test)."""
 
 from __future__ import annotations
 
@@ -153,9 +153,9 @@ def test_status_of_another_store_asks_mlflow(tmp_path: Path) -> None:
 
 
 def test_the_startup_benchmark_runs_every_case(tmp_path: Path) -> None:
-    """benchmarks/startup.py runs each case as a user would and checks its exit status (a case that
+    """benchmarks/commands/startup.py runs each case as a user would and checks its exit status (a case that
     stopped refusing, or started failing, stops the benchmark); its files hold one row per case."""
-    from benchmarks import startup
+    from benchmarks.commands import startup
 
     report = startup.main(["--repeats", "1", "--code", str(REPO), "--out", str(tmp_path)])
     assert [r["case"] for r in report["rows"]] == [c[0] for c in startup.CASES]

@@ -59,7 +59,7 @@ def holm(pvalues: dict[str, float]) -> dict[str, float]:
     if known:
         # statsmodels 0.15's Holm branch ends with gc.collect(): about 50 ms a call with scipy and
         # pandas loaded; nothing for a report's few calls, most of a simulated race's time
-        # (benchmarks/race_error.py freezes the heap first, which makes it microseconds).
+        # (benchmarks/rules/race_error.py freezes the heap first, which makes it microseconds).
         from statsmodels.stats.multitest import multipletests
 
         names = list(known)

@@ -184,7 +184,7 @@ def sensitivity_lines(searches: dict[str, dict[str, Any]]) -> list[str]:
              "`complete`: final validation metric of the trials that ran every epoch, `epoch g`: "
              "the metric every trial reached at ASHA's first rung; shown from "
              f"{MIN_TRIALS} trials, below which fANOVA misranks a known important parameter in a synthetic check: "
-             "benchmarks/importance.py):", "",
+             "benchmarks/rules/importance.py):", "",
              "| family | basis (trials) | importance | Optuna study |", "|---|---|---|---|"]
     for family, s in searches.items():
         imp = s.get("importance")

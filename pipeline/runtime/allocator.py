@@ -6,7 +6,7 @@ top of its heap back to the kernel past 128 KiB: an epoch that allocates and fre
 MiB-sized tensors thousands of times pays a page fault for every 4 KiB page of each of them
 (kernel time, counted in the epoch). The temporal-weight families allocate (times x rows x
 weights) tensors of several MiB per call of Eq. 2 (pipeline/models/temporal_weights/fused.py), and their epochs
-lost up to 16 % to it (benchmarks/speedup.py measures with and without these settings in one run).
+lost up to 16 % to it (benchmarks/zoo/speedup.py measures with and without these settings in one run).
 
 `keep_freed_memory` raises glibc's mmap threshold to its maximum (32 MiB on 64-bit) and stops
 trimming, so freed blocks return to malloc's free lists and are reused without new faults. The

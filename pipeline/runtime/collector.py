@@ -3,7 +3,7 @@
 Building a Trainer (reading the dataset, building the model's inputs and the model) creates and
 drops enough tracked objects to set the collector off about 300 times, and its older generations
 walk every object the process tracks: about 300,000 in a Ray Tune trial process (Ray, Tune, pandas,
-torch and the models' modules; a search trial adds MLflow's). Measured with benchmarks/collector.py (2026-11-28, this
+torch and the models' modules; a search trial adds MLflow's). Measured with benchmarks/cluster/collector.py (2026-11-28, this
 2-core machine, cfc on JapaneseVowels; docs/benchmarks/cluster.md): 0.34 s of collection per
 trial's set-up, 0.07 s with `freeze_survivors` before it. During the epochs the collector hardly
 runs (0 or 1 time an epoch), so the epochs themselves do not change.

@@ -31,7 +31,7 @@ from pipeline.names import shown
 from pipeline.stores.database_url import check_url
 
 # Fewer trials and fANOVA's ranking is noise: on a synthetic objective whose most important key is
-# known (benchmarks/importance.py, random trials over a family-like space of six keys), it ranks that
+# known (benchmarks/rules/importance.py, random trials over a family-like space of six keys), it ranks that
 # key first in 4 of 20 searches of 6 trials, in 12 of 20 of 12 trials, 16 of 20 of 14, and 19 or 20
 # of 20 from 15 on. 14 is the smallest count from which every count measured reaches 15 of 20
 # (docs/benchmarks/importance.md).

@@ -359,7 +359,7 @@ def deterministic_cuda() -> None:
     backward of nn.Embedding (the token families) and of gather. `warn_only`: an operation
     without a deterministic kernel warns instead of failing the trial. On an H100 it cost 1.5 to
     2.7 times the epoch time of the default families (docs/benchmarks/gpu.md, measured with
-    benchmarks/gpu_trainer.py); `CTSWEEP_CUDA_DETERMINISTIC=0` turns it off.
+    benchmarks/gpu/trainer.py); `CTSWEEP_CUDA_DETERMINISTIC=0` turns it off.
     """
     if os.environ.get(DETERMINISTIC_ENV, "1") == "0":
         return
