@@ -11,7 +11,7 @@ import typer
 from pipeline.config import Params, dataset_params, load_params
 from pipeline.errors import ConfigError
 from pipeline.names import check_name
-from pipeline.runtime.output import quiet_libraries
+from pipeline.runtime.output import check_log_place, quiet_libraries
 from pipeline.stores.paths import processed_dir, project_root, raw_dir, raw_lock_path
 from pipeline.cli.postgres_commands import postgres_app
 from pipeline.cli.stage import ROOT, stage as _stage
@@ -45,6 +45,16 @@ def _spaces(base: Path, families: list[str]) -> None:
 
     for family in families:
         load_space(space_path(base, family), family)
+
+
+def _verified(base: Path, datasets: list[str]) -> None:
+    """A prepared dataset without digest.json is unverified: refused in one line naming `ctsweep
+    prepare`, before torch, Ray or MLflow load and before any result is replaced (a sibling a
+    stage takes on is checked as it loads: pipeline.data.contract.load_dataset)."""
+    from pipeline.data.identity import require_digest
+
+    for name in datasets:
+        require_digest(processed_dir(base, name))
 
 
 DATASET = typer.Argument(..., help="A key of `prepare` in params.yaml.")
@@ -109,6 +119,8 @@ def classical(dataset: str = DATASET, root: Path = ROOT) -> None:
     _names(dataset=dataset)
     base, params = _params(root)
     _check(dataset, list(params.prepare), "prepare")  # before aeon and torch are imported
+    _verified(base, [dataset])
+    check_log_place(base, "classical")
     from pipeline.classical.stage import run, summary
 
     quiet_libraries(base, "classical")  # their informational lines: .ctsweep/logs/
@@ -140,6 +152,8 @@ def search(
         _check(family, params.families, "families")
     families = [family] if family is not None else list(params.families)
     _spaces(base, families)
+    _verified(base, [dataset])
+    check_log_place(base, "search")
     # Late: Ray Tune, torch, MLflow and Optuna load once the names, params.yaml and the spaces have passed.
     from pipeline.cli.lines import say_searched
     from pipeline.cli.sharing import siblings
@@ -175,6 +189,8 @@ def final(
     if family is not None:
         _check(family, params.families, "families")
     families = [family] if family is not None else list(params.families)
+    _verified(base, [dataset])
+    check_log_place(base, "final")
     # Late: Ray, torch and MLflow load once the names and params.yaml have passed.
     from pipeline.cli.lines import say_evaluated
     from pipeline.cli.sharing import siblings
@@ -195,10 +211,12 @@ def report(root: Path = ROOT) -> None:
     """Write reports/results.md (and results.html), reports/metrics.json, the DVC metrics under
     reports/metrics/ and the plots. The last line names the
     failed and the not-converged cells, if any."""
+    base, params = _params(root)
+    _verified(base, params.datasets)
+    check_log_place(base, "report")
     from pipeline.reporting.report import report as run
     from pipeline.reporting.status import cells, summary
 
-    base, params = _params(root)
     quiet_libraries(base, "report")  # their informational lines: .ctsweep/logs/
     metrics = run(base, params.datasets, params.families)
     typer.echo((base / "reports" / "results.md").read_text())
@@ -277,6 +295,7 @@ def promote(
         raise ConfigError("--family needs --dataset: a family is promoted by hand for one dataset")
     if dataset is not None:
         _check(dataset, params.datasets, "datasets")
+    check_log_place(base, "promote")
     # Late: MLflow loads once the names and params.yaml have passed.
     from pipeline.registry.promote import promote as run_all, promote_dataset
 
