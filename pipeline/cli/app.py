@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -9,7 +10,7 @@ from typing import Any, Optional
 import typer
 
 from pipeline.config import Params, dataset_params, load_params
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, excerpt
 from pipeline.names import check_name
 from pipeline.runtime.output import check_log_place, quiet_libraries
 from pipeline.stores.paths import processed_dir, project_root, raw_dir, raw_lock_path
@@ -333,15 +334,28 @@ def predict(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the predictions to this new .csv file "
                                        "(default: print them); never the input or a project file."),
     force: bool = typer.Option(False, "--force", help="Let --out replace an existing file of yours."),
-    version: Optional[int] = typer.Option(None, help="A registered version instead of the champion."),
+    # A string, read by _version: Typer's own int type answers "abc" with its six-line usage box.
+    version: Optional[str] = typer.Option(None, metavar="N", help="A registered version instead of the champion."),
     root: Path = ROOT,
 ) -> None:
     """Run the champion model of DATASET (from the MLflow Model Registry) on a file of series."""
     _names(dataset=dataset)
+    number = _version(version, dataset)
     from pipeline.serving.predict import predict_command
 
-    text, to_stderr = predict_command(_params(root)[0], dataset, series, out, version, force)
+    text, to_stderr = predict_command(_params(root)[0], dataset, series, out, number, force)
     typer.echo(text, err=to_stderr, nl=False)
+
+
+def _version(text: Optional[str], dataset: str) -> Optional[int]:
+    """--version as the registry numbers versions (1, 2, ...); anything else is one line."""
+    if text is None:
+        return None
+    if not re.fullmatch(r"[1-9][0-9]{0,17}", text):
+        raise ConfigError(f"option --version: {excerpt(text)} is not a version number; allowed: a version of the "
+                          f"registered model ctsweep-{dataset}, a whole number from 1 (e.g. --version 3), or no "
+                          f"--version for the champion")
+    return int(text)
 
 
 @app.command("profile")
