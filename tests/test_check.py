@@ -40,6 +40,20 @@ def test_check_command_prints_one_line_and_exits_2(project: Path) -> None:
     assert bad.stderr.count("\n") == 1 and "cfc.yaml: key `params.hidden_size.step`" in bad.stderr
 
 
+def test_a_deleted_space_file_names_its_family_and_where_a_new_one_comes_from(project: Path) -> None:
+    """Issue 73, item 6: it said only that the file "does not exist"."""
+    space = project / "search_spaces" / "cfc.yaml"
+    space.unlink()
+    before = _tree(project)
+    bad = CliRunner().invoke(app, ["check", "--root", str(project)])
+    assert (bad.exit_code, bad.stdout) == (2, "")
+    assert bad.stderr.splitlines() == [
+        f"ctsweep: error: {space} does not exist: it is the search space of the built-in family 'cfc' that "
+        f"params.yaml `families` lists; restore the file from ctsweep's repository (`git checkout -- "
+        f"search_spaces/cfc.yaml` in a clone, or copy its search_spaces/cfc.yaml), or remove 'cfc' from `families`"]
+    assert _tree(project) == before
+
+
 def test_check_refuses_an_unknown_uea_archive_name(project: Path) -> None:
     params = project / "params.yaml"
     params.write_text(params.read_text().replace("name: EigenWorms", "name: " + "EigenWorm" * 100, 1))
