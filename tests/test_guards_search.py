@@ -97,6 +97,16 @@ def test_a_trial_time_limit_under_a_second_is_refused(tiny: Path) -> None:
                            f"hold a trial's first epoch; allowed: at least 1 s, or null for no limit"), line
 
 
+@pytest.mark.parametrize("command", [("classical", D), ("check",)])
+def test_a_classical_time_limit_under_a_second_is_refused_at_load(tiny: Path, command: tuple) -> None:
+    """Issue 73, item 7: 0.001 s was accepted and failed the classifier later, while the search
+    refused a trial limit under 1 s at load."""
+    write_params(tiny, _params(classical={"time_limit_s": 0.001}))
+    line = _refused(tiny, *command)
+    assert line == (f"ctsweep: error: {tiny / 'params.yaml'}: key `classical.time_limit_s`: Input should be greater "
+                    f"than or equal to 1 (got 0.001)"), line
+
+
 def test_a_trial_time_limit_below_one_measured_epoch_is_refused_before_ray(tiny: Path) -> None:
     # min_steps makes one epoch of the reference tens of thousands of optimiser steps: far beyond 1 s
     write_params(tiny, _params(search={"trial_time_limit_s": 1, "min_steps": 1_000_000}))
