@@ -9,7 +9,8 @@ from typing import Any, Optional
 
 import typer
 
-from pipeline.config import Params, dataset_params, load_params
+from pipeline.config import Params, dataset_params, load_params, read_yaml
+from pipeline.config.dvc_params import check_dvc_params, run_by_dvc
 from pipeline.errors import ConfigError, excerpt
 from pipeline.names import check_name
 from pipeline.runtime.output import check_log_place, quiet_libraries
@@ -29,7 +30,10 @@ def _names(**given: str) -> None:
 
 def _params(root: Optional[Path]) -> tuple[Path, Params]:
     base = project_root(root)
-    return base, load_params(base / "params.yaml")
+    params = load_params(base / "params.yaml")
+    if run_by_dvc():  # a section dvc.yaml lists and params.yaml lacks: this line, not DVC's stages later
+        check_dvc_params(base, read_yaml(base / "params.yaml"), base / "params.yaml")
+    return base, params
 
 
 def _check(name: str, valid: list[str], key: str) -> None:
