@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from pipeline.cli.check import check_project
@@ -15,6 +20,9 @@ from pipeline.cli import app
 from pipeline.errors import ConfigError
 from pipeline.sweep.sensitivity import check_optuna_storage
 from pipeline.stores.ray_storage import check_storage_path
+from tests.conftest import REPO, write_params
+
+DVC = Path(sys.executable).with_name("dvc")
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -38,6 +46,68 @@ def test_check_command_prints_one_line_and_exits_2(project: Path) -> None:
     bad = runner.invoke(app, ["check", "--root", str(project)])
     assert bad.exit_code == 2 and bad.stdout == ""
     assert bad.stderr.count("\n") == 1 and "cfc.yaml: key `params.hidden_size.step`" in bad.stderr
+
+
+def test_a_deleted_space_file_names_its_family_and_where_a_new_one_comes_from(project: Path) -> None:
+    """Issue 73, item 6: it said only that the file "does not exist"."""
+    space = project / "search_spaces" / "cfc.yaml"
+    space.unlink()
+    before = _tree(project)
+    bad = CliRunner().invoke(app, ["check", "--root", str(project)])
+    assert (bad.exit_code, bad.stdout) == (2, "")
+    assert bad.stderr.splitlines() == [
+        f"ctsweep: error: {space} does not exist: it is the search space of the built-in family 'cfc' that "
+        f"params.yaml `families` lists; restore the file from ctsweep's repository (`git checkout -- "
+        f"search_spaces/cfc.yaml` in a clone, or copy its search_spaces/cfc.yaml), or remove 'cfc' from `families`"]
+    assert _tree(project) == before
+
+
+def _without_classical(project: Path) -> str:
+    """The project with the repository's dvc.yaml and a params.yaml from before the `classical`
+    section; the one line that names it."""
+    shutil.copy(REPO / "dvc.yaml", project / "dvc.yaml")
+    raw = yaml.safe_load((project / "params.yaml").read_text())
+    del raw["classical"]
+    write_params(project, raw)
+    [dataset] = raw["datasets"][:1]
+    return (f"ctsweep: error: {project / 'params.yaml'}: no `classical` section, which dvc.yaml's stage "
+            f"`classical@{dataset}` lists under `params:` (`dvc repro` would stop at that stage with DVC's "
+            f"\"Parameters 'classical' are missing\", after the stages before it had run); add it to params.yaml "
+            f"(`classical: {{}}` takes its defaults; the keys: docs/reference/params.md)")
+
+
+def test_a_section_dvc_yaml_lists_and_params_yaml_lacks_is_one_line(project: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 73, item 8: ctsweep takes the defaults of a missing section, DVC refuses the stage that
+    lists it, after the stages before it ran. `check` names it; so does every command DVC runs."""
+    line = _without_classical(project)
+    before = _tree(project)
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    checked = CliRunner().invoke(app, ["check", "--root", str(project)])
+    assert (checked.exit_code, checked.stdout, checked.stderr.splitlines()) == (2, "", [line])
+    outside = CliRunner().invoke(app, ["classical", "nosuch", "--root", str(project)])  # by hand: the defaults serve
+    assert "'nosuch' is not in params.yaml `prepare`" in outside.stderr
+    monkeypatch.setenv("DVC_STAGE", "fetch@japanese_vowels")
+    fetched = CliRunner().invoke(app, ["fetch", "japanese_vowels", "--root", str(project)])
+    assert (fetched.exit_code, fetched.stdout, fetched.stderr.splitlines()) == (2, "", [line])
+    assert _tree(project) == before
+    (project / "params.yaml").write_text((project / "params.yaml").read_text() + "classical: {}\n")
+    assert check_project(project).startswith("ok: ")  # the defaults, as DVC accepts them
+
+
+def test_dvc_repro_stops_at_its_first_stage_with_ctsweep_s_line(project: Path) -> None:
+    """DVC checks a stage's params only when it reaches it: without this line a repro ran fetch,
+    prepare, search and final before DVC's own error at the classical stage."""
+    line = _without_classical(project)
+    for command in (["git", "init", "-q"], [str(DVC), "init", "-q"]):
+        subprocess.run(command, cwd=project, check=True, capture_output=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k not in ("DVC_STAGE", "MLFLOW_TRACKING_URI")}
+    env["PATH"] = f"{DVC.parent}{os.pathsep}{env.get('PATH', '')}"
+    done = subprocess.run([str(DVC), "repro"], cwd=project, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode != 0
+    assert line in (done.stdout + done.stderr).splitlines(), done.stdout + done.stderr
+    assert "are missing from" not in done.stdout + done.stderr
+    assert not (project / "data").exists()  # nothing fetched
 
 
 def test_check_refuses_an_unknown_uea_archive_name(project: Path) -> None:

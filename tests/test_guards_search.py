@@ -97,6 +97,16 @@ def test_a_trial_time_limit_under_a_second_is_refused(tiny: Path) -> None:
                            f"hold a trial's first epoch; allowed: at least 1 s, or null for no limit"), line
 
 
+@pytest.mark.parametrize("command", [("classical", D), ("check",)])
+def test_a_classical_time_limit_under_a_second_is_refused_at_load(tiny: Path, command: tuple) -> None:
+    """Issue 73, item 7: 0.001 s was accepted and failed the classifier later, while the search
+    refused a trial limit under 1 s at load."""
+    write_params(tiny, _params(classical={"time_limit_s": 0.001}))
+    line = _refused(tiny, *command)
+    assert line == (f"ctsweep: error: {tiny / 'params.yaml'}: key `classical.time_limit_s`: Input should be greater "
+                    f"than or equal to 1 (got 0.001)"), line
+
+
 def test_a_trial_time_limit_below_one_measured_epoch_is_refused_before_ray(tiny: Path) -> None:
     # min_steps makes one epoch of the reference tens of thousands of optimiser steps: far beyond 1 s
     write_params(tiny, _params(search={"trial_time_limit_s": 1, "min_steps": 1_000_000}))
@@ -160,6 +170,45 @@ def test_a_truncated_raw_lock_is_named_with_the_command_that_rebuilds_it(tiny: P
     line = _refused(tiny, "search", D, F)
     assert line == (f"ctsweep: error: {lock} is corrupt (truncated JSON at line 1); restore it with `git checkout -- "
                     f"{lock}`, or delete it and rerun `ctsweep fetch {D}` to record the checksums again"), line
+
+
+# ----------------------------------------------------------------------------- the project's own folders
+
+
+@pytest.mark.parametrize(("command", "args"), [
+    ("search", (D, F)), ("final", (D, F)), ("report", ()), ("classical", (D,)), ("promote", ()),
+])
+def test_a_file_where_the_log_folder_goes_is_one_line_before_ray(tiny: Path, command: str, args: tuple) -> None:
+    """Issue 73, item 1: a file `.ctsweep/logs` (a `touch`, a bad copy) passed every check and
+    then, at the first log line after Ray had started, was a FileExistsError traceback, exit 1."""
+    logs = tiny / ".ctsweep" / "logs"
+    logs.parent.mkdir()
+    logs.write_text("a user's file\n")
+    line = _refused(tiny, command, *args)
+    assert line == (f"ctsweep: error: {logs} is a file, not a folder: ctsweep keeps the log of `ctsweep {command}` "
+                    f"in {logs}; move the file away, then run this again"), line
+    assert logs.read_text() == "a user's file\n"
+
+
+def test_a_file_where_the_ctsweep_folder_goes_is_one_line_too(tiny: Path) -> None:
+    (tiny / ".ctsweep").write_text("")
+    line = _refused(tiny, "search", D, F)
+    assert line == (f"ctsweep: error: {tiny / '.ctsweep'} is a file, not a folder: ctsweep keeps the log of `ctsweep "
+                    f"search` in {tiny / '.ctsweep' / 'logs'}; move the file away, then run this again"), line
+
+
+@pytest.mark.parametrize(("command", "args"), [("search", (D, F)), ("final", (D, F)), ("report", ()),
+                                                ("classical", (D,))])
+def test_a_prepared_dataset_without_its_digest_is_refused_as_unverified(tiny: Path, command: str,
+                                                                         args: tuple) -> None:
+    """Issue 73, item 2: without digest.json nothing was checked, and a search ran on changed data
+    and replaced the earlier result; now the data is unverified until prepared again."""
+    folder = processed_dir(tiny, D)
+    (folder / "digest.json").unlink()
+    line = _refused(tiny, command, *args)
+    assert line == (f"ctsweep: error: {folder / 'digest.json'} does not exist, so the prepared data in {folder} cannot "
+                    f"be verified (prepared by a ctsweep before digest.json, or the file was removed: its arrays may "
+                    f"have changed since); run `ctsweep prepare {D}` (or `dvc repro`) again, which writes it"), line
 
 
 # ----------------------------------------------------------------------------- search spaces

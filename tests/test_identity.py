@@ -101,5 +101,7 @@ def test_arrays_changed_behind_digest_json_are_refused_naming_the_file_and_the_c
     (folder / DIGEST_FILE).write_text('{"train": "0"}')
     with pytest.raises(CorruptInputError, match=r"digest\.json is corrupt \(expected each of \['train', 'val', 'test'\]"):
         load_dataset(folder)
-    (folder / DIGEST_FILE).unlink()  # a dataset from before digest.json: nothing to check against
-    assert load_dataset(folder).splits["val"].y.tolist() == arrays["y"].tolist()
+    (folder / DIGEST_FILE).unlink()  # a dataset from before digest.json, or the file removed: unverified (issue 73)
+    with pytest.raises(CorruptInputError, match=r"digest\.json does not exist, so the prepared data in .* cannot be "
+                                                r"verified .*; run `ctsweep prepare x` \(or `dvc repro`\) again"):
+        load_dataset(folder)

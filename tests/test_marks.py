@@ -261,6 +261,26 @@ def test_status_exits_1_on_a_failed_cell_and_0_on_marks_alone(failing: Path) -> 
     assert result.exit_code == 0 and result.output.splitlines()[-1] == "ctsweep status: 6 cells, 0 failed, 1 marked"
 
 
+def test_status_shows_only_the_cells_of_this_params_yaml(failing: Path) -> None:
+    """Issue 73, item 3: a report of other datasets or families (committed by another project, or
+    written before params.yaml changed) was listed as this project's, and its failed cell set
+    the exit status. Only this params.yaml's cells count; one line above says what was left out."""
+    report(failing, ["d", "e"], FAMILIES)
+    xor = default_params()["prepare"]["xor_event"]
+    write_params(failing, {**default_params(), "datasets": ["d"], "families": [A, C], "prepare": {"d": xor, "e": xor}})
+    before = (failing / "reports" / "metrics.json").read_bytes()
+    result = RUNNER.invoke(app, ["status", "--root", str(failing)])
+    assert result.exit_code == 0, result.output  # d/ncde and e's cells failed, but are not this project's
+    note, verdict, *lines = result.output.splitlines()
+    assert note == ("ctsweep status: 4 cells of reports/metrics.json not shown: not in params.yaml (datasets e; "
+                    "families ncde); `ctsweep report` writes the report of this params.yaml")
+    assert verdict.startswith("d: ") and not any(line.startswith("e") for line in lines)
+    assert lines == [f"d/{A}: not_converged: 3 of 3 seeds not converged (3 still improving at the budget; stopped by "
+                     "max_epochs); edge: lr at the upper bound (0.0098 of [0.0001, 0.01])",
+                     "ctsweep status: 2 cells, 0 failed, 1 marked"]
+    assert (failing / "reports" / "metrics.json").read_bytes() == before
+
+
 def test_status_of_a_clean_report_and_of_a_missing_or_corrupt_file(tmp_path: Path) -> None:
     result = RUNNER.invoke(app, ["status", "--root", str(tmp_path)])
     assert result.exit_code == 2 and "metrics.json does not exist" in result.output

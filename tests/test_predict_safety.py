@@ -78,6 +78,26 @@ def _refused(root: Path, tmp_path: Path, *args: str) -> str:
     return lines[0]
 
 
+# --------------------------------------------------------------------------------- --version
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "1.5", "", "9" * 5000])
+def test_a_version_that_is_no_number_is_one_line(tmp_path: Path, value: str) -> None:
+    """Issue 73, item 5: `--version abc` was Typer's six-line usage box."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "params.yaml").write_text(params_for_tests((REPO / "params.yaml").read_text()))
+    series = _write_npz(tmp_path / "s.npz", _series())
+    before = _snapshot(tmp_path)
+    result = CliRunner().invoke(app, ["predict", "toy", str(series), "--version", value, "--root", str(root)])
+    assert (result.exit_code, result.stdout) == (2, ""), result.output
+    shown = repr(value) if len(value) <= 40 else "'" + "9" * 40 + "...' (5000 characters)"
+    assert result.stderr.splitlines() == [
+        f"ctsweep: error: option --version: {shown} is not a version number; allowed: a version of the registered "
+        f"model ctsweep-toy, a whole number from 1 (e.g. --version 3), or no --version for the champion"]
+    assert _snapshot(tmp_path) == before
+
+
 # --------------------------------------------------------------------------------- --out
 
 

@@ -192,6 +192,16 @@ def test_the_form_follows_the_terminal_and_the_environment(env: dict[str, str], 
     assert display.mode(io.StringIO()) == ("off" if expected == "off" else "plain")  # not a terminal
 
 
+def test_a_bad_progress_setting_is_one_warning_line_in_ctsweep_s_form(monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 73, item 4: it was a line in Python's logging format ("pipeline.progress.display:
+    WARNING: ..."), unlike every other warning."""
+    monkeypatch.setenv(display.ENV, "bogus")
+    assert display.mode(io.StringIO()) == "plain"
+    assert capsys.readouterr().err.splitlines() == [
+        "ctsweep: warning: CTSWEEP_PROGRESS='bogus' is not one of auto, live, plain, off: showing plain lines"]
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True

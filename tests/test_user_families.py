@@ -100,6 +100,24 @@ def test_a_family_declared_in_params_yaml_is_a_family_like_the_built_in_ones(tmp
     assert user_families.code_digest("cfc") is None
 
 
+def test_a_deleted_space_file_of_a_user_family_names_its_params_yaml_entry(tmp_path: Path) -> None:
+    """Issue 73, item 6: `ctsweep check` said only that the file "does not exist"."""
+    _module(tmp_path, "uf_gone")
+    params = _project(tmp_path, {"gone": "uf_gone:Tiny"}, ["cfc", "gone"])
+    space = tmp_path / "search_spaces" / "gone.yaml"
+    space.unlink()
+    shutil.copy(REPO / "search_spaces" / "cfc.yaml", tmp_path / "search_spaces" / "cfc.yaml")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    result = CliRunner().invoke(app, ["check", "--root", str(tmp_path)])
+    assert (result.exit_code, result.stdout) == (2, ""), result.output
+    assert without_waiting_notice(result.stderr) == [
+        f"ctsweep: error: {space} does not exist: it is the search space of family 'gone' ({params}: "
+        f"user_families.gone) that params.yaml `families` lists; write it as docs/reference/search-spaces.md "
+        f"describes (or give the family's `space` in params.yaml `user_families`), or remove 'gone' from `families`"]
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and "__pycache__" not in p.parts} == {
+        p: b for p, b in before.items() if "__pycache__" not in p.parts}
+
+
 def test_a_space_file_given_next_to_the_import_path_is_used(tmp_path: Path) -> None:
     _module(tmp_path, "uf_spaced")
     (tmp_path / "spaces").mkdir()

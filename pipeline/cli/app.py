@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
-from pipeline.config import Params, dataset_params, load_params
-from pipeline.errors import ConfigError
+from pipeline.config import Params, dataset_params, load_params, read_yaml
+from pipeline.config.dvc_params import check_dvc_params, run_by_dvc
+from pipeline.errors import ConfigError, excerpt
 from pipeline.names import check_name
-from pipeline.runtime.output import quiet_libraries
+from pipeline.runtime.output import check_log_place, quiet_libraries
 from pipeline.stores.paths import processed_dir, project_root, raw_dir, raw_lock_path
 from pipeline.cli.postgres_commands import postgres_app
 from pipeline.cli.stage import ROOT, stage as _stage
@@ -28,7 +30,10 @@ def _names(**given: str) -> None:
 
 def _params(root: Optional[Path]) -> tuple[Path, Params]:
     base = project_root(root)
-    return base, load_params(base / "params.yaml")
+    params = load_params(base / "params.yaml")
+    if run_by_dvc():  # a section dvc.yaml lists and params.yaml lacks: this line, not DVC's stages later
+        check_dvc_params(base, read_yaml(base / "params.yaml"), base / "params.yaml")
+    return base, params
 
 
 def _check(name: str, valid: list[str], key: str) -> None:
@@ -45,6 +50,16 @@ def _spaces(base: Path, families: list[str]) -> None:
 
     for family in families:
         load_space(space_path(base, family), family)
+
+
+def _verified(base: Path, datasets: list[str]) -> None:
+    """A prepared dataset without digest.json is unverified: refused in one line naming `ctsweep
+    prepare`, before torch, Ray or MLflow load and before any result is replaced (a sibling a
+    stage takes on is checked as it loads: pipeline.data.contract.load_dataset)."""
+    from pipeline.data.identity import require_digest
+
+    for name in datasets:
+        require_digest(processed_dir(base, name))
 
 
 DATASET = typer.Argument(..., help="A key of `prepare` in params.yaml.")
@@ -109,6 +124,8 @@ def classical(dataset: str = DATASET, root: Path = ROOT) -> None:
     _names(dataset=dataset)
     base, params = _params(root)
     _check(dataset, list(params.prepare), "prepare")  # before aeon and torch are imported
+    _verified(base, [dataset])
+    check_log_place(base, "classical")
     from pipeline.classical.stage import run, summary
 
     quiet_libraries(base, "classical")  # their informational lines: .ctsweep/logs/
@@ -140,6 +157,8 @@ def search(
         _check(family, params.families, "families")
     families = [family] if family is not None else list(params.families)
     _spaces(base, families)
+    _verified(base, [dataset])
+    check_log_place(base, "search")
     # Late: Ray Tune, torch, MLflow and Optuna load once the names, params.yaml and the spaces have passed.
     from pipeline.cli.lines import say_searched
     from pipeline.cli.sharing import siblings
@@ -175,6 +194,8 @@ def final(
     if family is not None:
         _check(family, params.families, "families")
     families = [family] if family is not None else list(params.families)
+    _verified(base, [dataset])
+    check_log_place(base, "final")
     # Late: Ray, torch and MLflow load once the names and params.yaml have passed.
     from pipeline.cli.lines import say_evaluated
     from pipeline.cli.sharing import siblings
@@ -195,10 +216,12 @@ def report(root: Path = ROOT) -> None:
     """Write reports/results.md (and results.html), reports/metrics.json, the DVC metrics under
     reports/metrics/ and the plots. The last line names the
     failed and the not-converged cells, if any."""
+    base, params = _params(root)
+    _verified(base, params.datasets)
+    check_log_place(base, "report")
     from pipeline.reporting.report import report as run
     from pipeline.reporting.status import cells, summary
 
-    base, params = _params(root)
     quiet_libraries(base, "report")  # their informational lines: .ctsweep/logs/
     metrics = run(base, params.datasets, params.families)
     typer.echo((base / "reports" / "results.md").read_text())
@@ -277,6 +300,7 @@ def promote(
         raise ConfigError("--family needs --dataset: a family is promoted by hand for one dataset")
     if dataset is not None:
         _check(dataset, params.datasets, "datasets")
+    check_log_place(base, "promote")
     # Late: MLflow loads once the names and params.yaml have passed.
     from pipeline.registry.promote import promote as run_all, promote_dataset
 
@@ -314,15 +338,28 @@ def predict(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the predictions to this new .csv file "
                                        "(default: print them); never the input or a project file."),
     force: bool = typer.Option(False, "--force", help="Let --out replace an existing file of yours."),
-    version: Optional[int] = typer.Option(None, help="A registered version instead of the champion."),
+    # A string, read by _version: Typer's own int type answers "abc" with its six-line usage box.
+    version: Optional[str] = typer.Option(None, metavar="N", help="A registered version instead of the champion."),
     root: Path = ROOT,
 ) -> None:
     """Run the champion model of DATASET (from the MLflow Model Registry) on a file of series."""
     _names(dataset=dataset)
+    number = _version(version, dataset)
     from pipeline.serving.predict import predict_command
 
-    text, to_stderr = predict_command(_params(root)[0], dataset, series, out, version, force)
+    text, to_stderr = predict_command(_params(root)[0], dataset, series, out, number, force)
     typer.echo(text, err=to_stderr, nl=False)
+
+
+def _version(text: Optional[str], dataset: str) -> Optional[int]:
+    """--version as the registry numbers versions (1, 2, ...); anything else is one line."""
+    if text is None:
+        return None
+    if not re.fullmatch(r"[1-9][0-9]{0,17}", text):
+        raise ConfigError(f"option --version: {excerpt(text)} is not a version number; allowed: a version of the "
+                          f"registered model ctsweep-{dataset}, a whole number from 1 (e.g. --version 3), or no "
+                          f"--version for the champion")
+    return int(text)
 
 
 @app.command("profile")

@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import load_params
+from pipeline.config import load_params, read_yaml
+from pipeline.config.dvc_params import check_dvc_params
 from pipeline.errors import ConfigError
 from pipeline.names import shown
 
@@ -24,6 +25,7 @@ from pipeline.names import shown
 def check_project(root: Path) -> str:
     """Check the project at `root`; return a one-line summary, or raise a one-line ConfigError."""
     params = load_params(root / "params.yaml")
+    check_dvc_params(root, read_yaml(root / "params.yaml"), root / "params.yaml")  # what `dvc repro` would stop at
     from pipeline.spaces import load_space, space_path  # reads the files without torch or Optuna
 
     n_params = sum(len(load_space(space_path(root, family), family).params) for family in params.families)

@@ -10,6 +10,7 @@ space may set.
     protocol.py   the training protocol: optimiser, schedule, clipping, class weights, stopping
     limits.py     bounds on well-typed values that cannot do their job: split sizes, trial time
                   limits, lr factors (issue 31)
+    dvc_params.py the keys dvc.yaml's stages list under `params:`, checked before DVC reaches them
 
 Imports: errors, names, models.
 The package re-exports what the stages use (`from pipeline.config import load_params, Params`).

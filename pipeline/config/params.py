@@ -25,7 +25,8 @@ from pipeline.config.saturation import SaturationParams, saturation_problem
 from pipeline.config.cells import CellBudget, cells_outside, cells_problem
 from pipeline.config.resources import ResourceOverride, Resources, resolved_resources
 from pipeline.config.datasets import _KINDS, MAX_SEQUENCES, DatasetParams, XorParams
-from pipeline.config.limits import checked, lr_factor_problem, split_problem, time_limit_problem, time_limits_problem
+from pipeline.config.limits import (MIN_TRIAL_TIME_LIMIT_S, checked, lr_factor_problem, split_problem, time_limit_problem,
+                                    time_limits_problem)
 from pipeline.config.yaml_load import MAX_BYTES as MAX_YAML_BYTES, load_yaml
 from pipeline.errors import ConfigError
 
@@ -287,9 +288,11 @@ class PromoteParams(_Strict):
 class ClassicalParams(_Strict):
     """The classical reference (pipeline/classical): one aeon classifier per dataset, on one core."""
 
-    time_limit_s: float = Field(600, gt=0, le=7 * 86400, description="seconds its training and prediction "
-                                                                     "may take; past it the reference is "
-                                                                     "reported as failed")
+    # At least a second, as a search trial's limit (limits.MIN_TRIAL_TIME_LIMIT_S): 0.001 was
+    # accepted here and failed the classifier once it ran, while the search refused it at load.
+    time_limit_s: float = Field(600, ge=MIN_TRIAL_TIME_LIMIT_S, le=7 * 86400,
+                                description="seconds its training and prediction may take (1 s to a week); past "
+                                            "it the reference is reported as failed")
     seed: Seed = Field(0, description="MiniRocket's random kernels")
 
 

@@ -36,7 +36,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pipeline.data.identity import DIGEST_FILE, arrays_digest, changed_splits, digest_json, write_npz
+from pipeline.data.identity import (DIGEST_FILE, arrays_digest, changed_splits, digest_json, unverified_message,
+                                    write_npz)
+from pipeline.errors import CorruptInputError
 from pipeline.runtime.interrupts import deferred
 from pipeline.stores.files import corrupt, new_mode, read_json
 from pipeline.stores.schema import NUMBER, ListOf, MapOf, problem
@@ -233,24 +235,25 @@ def load_meta(folder: Path) -> Meta:
 def load_dataset(folder: Path) -> Dataset:
     """Read a processed dataset written by `save_dataset`, checking every array's shape against
     the others and meta.json, and their content against digest.json (CorruptInputError naming the
-    file and `ctsweep prepare`): the fingerprint that resumes stages and keys the input cache is
-    made from digest.json, so arrays changed behind it would pass as the old ones."""
+    file and `ctsweep prepare`; a missing digest.json too): the fingerprint that resumes stages and
+    keys the input cache is made from digest.json, so arrays changed behind it would pass as the old ones."""
     meta = load_meta(folder)
     splits = {name: _load_split(folder / f"{name}.npz", meta, _producer(folder)) for name in SPLITS}
     recorded = _digests(folder)
     arrays = {name: {k: getattr(s, k) for k in ARRAYS} for name, s in splits.items()}
-    changed = changed_splits(recorded, arrays) if recorded is not None else []
+    changed = changed_splits(recorded, arrays)
     if changed:
         raise corrupt(folder / f"{changed[0]}.npz", f"its arrays differ from what {DIGEST_FILE} records: changed "
                       "since prepare wrote them", _producer(folder))
     return Dataset(meta, splits, folder)
 
 
-def _digests(folder: Path) -> dict[str, str] | None:
-    """digest.json's {split: sha256}; None for a dataset written before it existed."""
+def _digests(folder: Path) -> dict[str, str]:
+    """digest.json's {split: sha256}. A dataset without it (written before it existed, or the file
+    removed) is unverified: CorruptInputError naming `ctsweep prepare` (identity.require_digest)."""
     path = folder / DIGEST_FILE
     if not path.is_file():
-        return None
+        raise CorruptInputError(unverified_message(folder))
     data = read_json(path, _producer(folder))
     if not isinstance(data, dict) or sorted(data) != sorted(SPLITS) or not all(isinstance(v, str) for v in data.values()):
         raise corrupt(path, f"expected each of {list(SPLITS)} with its sha256", _producer(folder))

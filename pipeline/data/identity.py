@@ -6,8 +6,11 @@ data again therefore writes the same bytes: DVC sees an unchanged output and ski
 downstream, and the fingerprint below, which the search and final stages resume by and the input
 cache is keyed by, stays the same, so no finished seed or search trial is run again.
 
-A dataset written before digest.json existed keeps the fingerprint it had (meta.json's content,
-each .npz's size and modification time) until it is prepared again.
+A dataset without digest.json (written before digest.json existed, or the file removed) cannot
+be verified: `search`, `final`, `classical` and `report` refuse it in one line naming
+`ctsweep prepare` (require_digest, and pipeline.data.contract.load_dataset). Its fingerprint is
+still the one it had (meta.json's content, each .npz's size and modification time), which only
+names it.
 """
 
 from __future__ import annotations
@@ -73,3 +76,20 @@ def fingerprint(folder: Path) -> str:
         stat = (folder / f"{name}.npz").stat()
         digest.update(f"{name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     return digest.hexdigest()[:16]
+
+
+def require_digest(folder: Path) -> None:
+    """CorruptInputError when the prepared dataset in `folder` (its meta.json there) has no
+    digest.json: nothing says its arrays are still the ones prepare wrote, and a search or final
+    stage on changed arrays would replace the results made from the earlier ones. A folder that
+    is not prepared at all is left to the stage's own message."""
+    from pipeline.errors import CorruptInputError
+
+    if (folder / "meta.json").is_file() and not (folder / DIGEST_FILE).is_file():
+        raise CorruptInputError(unverified_message(folder))
+
+
+def unverified_message(folder: Path) -> str:
+    return (f"{folder / DIGEST_FILE} does not exist, so the prepared data in {folder} cannot be verified (prepared "
+            f"by a ctsweep before digest.json, or the file was removed: its arrays may have changed since); run "
+            f"`ctsweep prepare {folder.name}` (or `dvc repro`) again, which writes it")

@@ -27,6 +27,7 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.live import Live
 
+from pipeline.errors import excerpt
 from pipeline.progress.model import Snapshot
 from pipeline.progress.read import snapshot as read_snapshot
 from pipeline.progress.render import plain_line, table
@@ -45,7 +46,9 @@ def mode(stream: Any = None) -> str:
     """"live", "plain" or "off", from CTSWEEP_PROGRESS and the terminal (see the module)."""
     chosen = os.environ.get(ENV, "auto").strip().lower() or "auto"
     if chosen not in MODES:
-        log.warning("%s=%r is not one of %s: showing plain lines", ENV, chosen, ", ".join(MODES))
+        # the form of every other warning (not logging's "pipeline.progress.display: WARNING: ...")
+        print(f"ctsweep: warning: {ENV}={excerpt(chosen)} is not one of {', '.join(MODES)}: showing plain lines",
+              file=sys.stderr)
         return "plain"
     if chosen != "auto":
         return chosen

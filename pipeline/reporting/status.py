@@ -103,13 +103,61 @@ def status(root: Path) -> tuple[list[str], int]:
         return [*progress, "ctsweep status: a run is in progress; no report yet"], 0
     metrics = read_metrics(root)
     found = cells(metrics)
+    scope = _this_project(root)
+    # Only this params.yaml's cells, and one line above the table for the others: a report
+    # committed by another project (or written before params.yaml changed) has cells that are not
+    # this project's, and one of them failed would set the exit status `make run` reads, or a
+    # verdict of a dataset this project does not run would read as its own. Marking them instead
+    # would still show them in the table and count them in the summary line.
+    others = [] if scope is None else [c for c in found if c.dataset not in scope[0] or c.family not in scope[1]]
+    found = [c for c in found if c not in others]
+    shown_verdicts = {d: v for d, v in metrics.get(VERDICTS, {}).items() if scope is None or d in scope[0]}
     if progress:
         written = time.strftime("%Y-%m-%d %H:%M", time.localtime(report.stat().st_mtime))
         progress.append(f"ctsweep status: a run is in progress; the cells below are those of the last report "
                         f"({report.relative_to(root) if report.is_relative_to(root) else report}, written {written})")
     lines, code = _cells_status(found)
-    verdicts = [f"{d}: {v['line']}" for d, v in metrics.get(VERDICTS, {}).items()]
-    return [*progress, *verdicts, *lines], code
+    verdicts = [f"{d}: {v['line']}" for d, v in shown_verdicts.items()]
+    return [*progress, *_not_shown(report, root, others, scope), *verdicts, *lines], code
+
+
+def _this_project(root: Path) -> tuple[list[str], list[str]] | None:
+    """params.yaml's `datasets` and `families`, read without validating the rest (`ctsweep check`
+    does that; status reads the report); None when there is no params.yaml or they cannot be read
+    as lists of names: then every cell of the report is shown, as before."""
+    from pipeline.config.yaml_load import load_yaml
+    from pipeline.errors import ConfigError
+
+    path = root / "params.yaml"
+    if not path.is_file():
+        return None
+    try:
+        data = load_yaml(path)
+    except ConfigError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    ds, fs = data.get("datasets"), data.get("families")
+    if not all(isinstance(v, list) and all(isinstance(n, str) for n in v) for v in (ds, fs)):
+        return None
+    return ds, fs
+
+
+def _not_shown(report: Path, root: Path, others: list[Cell], scope: tuple[list[str], list[str]] | None) -> list[str]:
+    """One line naming the report's cells that are not of this params.yaml's datasets and families."""
+    if not others or scope is None:
+        return []
+    ds = sorted({c.dataset for c in others if c.dataset not in scope[0]})
+    fs = sorted({c.family for c in others if c.family not in scope[1]})
+    which = "; ".join(f"{what} {_few(names)}" for what, names in (("datasets", ds), ("families", fs)) if names)
+    n = len(others)
+    name = report.relative_to(root) if report.is_relative_to(root) else report
+    return [f"ctsweep status: {n} cell{'s' * (n != 1)} of {name} not shown: not in params.yaml ({which}); "
+            f"`ctsweep report` writes the report of this params.yaml"]
+
+
+def _few(names: list[str], limit: int = 5) -> str:
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def _cells_status(found: list[Cell]) -> tuple[list[str], int]:

@@ -45,6 +45,24 @@ def log_path(root: Path, command: str) -> Path:
     return root / LOG_DIR / f"ctsweep-{command}.log"
 
 
+def check_log_place(root: Path, command: str) -> None:
+    """OutputError when a file stands where the log folder or its parent must be, or a folder
+    where the command's log file must be: checked by the command before Ray, torch or MLflow load
+    (the log file is created at its first line, which comes once the run has started: a
+    `FileExistsError` traceback there, after every other check had passed)."""
+    from pipeline.errors import OutputError
+
+    folder = root / LOG_DIR
+    for place in (folder.parent, folder):
+        if place.exists() and not place.is_dir():
+            raise OutputError(f"{place} is a file, not a folder: ctsweep keeps the log of `ctsweep {command}` in "
+                              f"{folder}; move the file away, then run this again")
+    path = log_path(root, command)
+    if path.exists() and not path.is_file():
+        raise OutputError(f"{path} is not a file: ctsweep appends the log of `ctsweep {command}` to it; move it "
+                          f"away, then run this again")
+
+
 class _CommandLog(logging.FileHandler):
     """The command's log file, created (with its folder and a header line naming the command) at
     its first line only: a command refused before anything ran leaves no file behind."""

@@ -22,6 +22,8 @@ def load_space(path: str | Path, family: str | None = None) -> SearchSpace:
     """Read and validate a search-space file; the family defaults to the file's stem."""
     path = Path(path)
     family = check_name(family if family is not None else path.stem, f"{path}: the family name")
+    if not path.exists():
+        raise ConfigError(_missing(path, family))
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping with keys {list(_TOP_KEYS)}, got {type(raw).__name__}")
@@ -68,6 +70,26 @@ def load_space(path: str | Path, family: str | None = None) -> SearchSpace:
             raise ConfigError(str(exc).replace(f"key `{key}`", f"key `reference.{anchor}` (through its YAML alias "
                                                                f"in reference.{dataset})", 1)) from None
     return space
+
+
+def _missing(path: Path, family: str) -> str:
+    """A family's space file that is not there: which params.yaml key names it, and where a new
+    one comes from (the repository's search_spaces/ holds the built-in families'; the package
+    ships none, and `ctsweep new-family` writes a template only with a new family's model)."""
+    from pipeline.models.builtin import BUILTIN_FAMILIES
+
+    if family in BUILTIN_FAMILIES:
+        return (f"{path} does not exist: it is the search space of the built-in family {family!r} that params.yaml "
+                f"`families` lists; restore the file from ctsweep's repository (`git checkout -- "
+                f"search_spaces/{family}.yaml` in a clone, or copy its search_spaces/{family}.yaml), or remove "
+                f"{family!r} from `families`")
+    source = source_of(family)
+    if source is not None:
+        declared = source.origin or "an entry point"
+        return (f"{path} does not exist: it is the search space of family {family!r} ({declared}) that params.yaml "
+                f"`families` lists; write it as docs/reference/search-spaces.md describes "
+                f"(or give the family's `space` in params.yaml `user_families`), or remove {family!r} from `families`")
+    return f"{path} does not exist: no search space for family {family!r}"
 
 
 def _anchor_of(raw_reference: Any, dataset: str | None) -> str | None:
