@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from pipeline.progress import asha, display
-from pipeline.progress.estimate import epoch_time, expected_epochs, expected_total, time_left
+from pipeline.progress.estimate import (Range, epoch_time, expected_epochs, expected_total, load_factor,
+                                        time_left, time_range)
 from pipeline.progress.model import DONE, FAILED, FINAL, RUNNING, SEARCH, STOPPED, Rungs, Snapshot, Unit, Work
 from pipeline.progress.read import ENDED_TAG, mark_parent, snapshot
-from pipeline.progress.render import plain_line, unit_text
+from pipeline.progress.render import plain_line, span_text, unit_text
 from pipeline.stores import tracking
 
 
@@ -85,6 +86,90 @@ def test_a_final_seed_still_improving_is_counted_on_for_a_patience_more() -> Non
     assert expected_total(alone, 30, 0.3, stale=2) == 43
     # the floor reaches the seeds not started too (the mean over the started ones)
     assert expected_epochs(alone, 0.3) == 43
+
+
+def _final(work: tuple[Work, ...], total: int = 4, most: int | None = None, prior_epochs: float | None = 25.0,
+           prior_epoch_s: float | None = 1.0) -> Unit:
+    """A final unit of a 100-epoch budget and a patience of 15 whose search measured a seed's stop
+    at `prior_epochs` and its epoch at `prior_epoch_s` seconds."""
+    return Unit("d", "f", total, 100, work=work, patience=15, prior_epochs=prior_epochs, prior_epoch_s=prior_epoch_s,
+                most=most)
+
+
+def test_before_any_seed_ended_the_range_spans_the_patience_case_and_the_budget_case() -> None:
+    # two seeds at epoch 10 (1 s an epoch, both improving at their last epoch), two queued, and
+    # the race may add two more; 20 epoch-seconds in 10 s: a pace of 2
+    running = (Work(0, RUNNING, 10, 1.0, started=0.0, stale=0), Work(1, RUNNING, 10, 1.0, started=0.0, stale=0))
+    snap = Snapshot(FINAL, 0.0, 10.0, (_final(running, most=6),))
+    span = time_range(snap)
+    assert span is not None
+    # low: the search's measure (25 epochs) for all four, no race seed: 15 + 15 + 2 x 25 = 80 epoch-s
+    assert span.low == pytest.approx(80 / 2)
+    # high: all four to the budget and the race's two more: 90 + 90 + 4 x 100 = 580 epoch-s
+    assert span.high == pytest.approx(580 / 2)
+    assert span.single is None and span_text(span) == "40 s-5 min"
+    # without the race, the high end has the four seeds only
+    assert time_range(replace(snap, units=(_final(running),))).high == pytest.approx(380 / 2)
+
+
+def test_the_search_s_measure_replaces_the_budget_before_the_first_seed_ends() -> None:
+    running = (Work(0, RUNNING, 10, 1.0, started=0.0), Work(1, RUNNING, 10, 1.0, started=0.0))
+    measured, unmeasured = _final(running), _final(running, prior_epochs=None)
+    # the expectation: each seed to the search's 25 epochs (15 + 15 + 2 x 25), not the budget
+    assert time_left(Snapshot(FINAL, 0.0, 10.0, (measured,))) == pytest.approx(80 / 2)
+    assert time_left(Snapshot(FINAL, 0.0, 10.0, (unmeasured,))) == pytest.approx((90 + 90 + 200) / 2)
+    # a seed already past the search's measure is not counted as stopping there
+    assert expected_total(measured, 30, None) == 100
+    # a family not timed yet takes its search's epoch time scaled by how much slower the timed
+    # families train here than their searches said (20 epochs at 3 s where the search said 1 s)
+    slow = _final((Work(0, RUNNING, 20, 3.0, started=0.0),))
+    waiting = _final((), prior_epoch_s=0.5)
+    assert load_factor(Snapshot(FINAL, 0.0, 10.0, (slow, waiting))) == pytest.approx(3.0)
+    assert epoch_time(waiting, 3.0) == pytest.approx(1.5)
+
+
+def test_the_range_narrows_as_seeds_end() -> None:
+    before = (Work(0, RUNNING, 20, 1.0, started=0.0, stale=0), Work(1, RUNNING, 20, 1.0, started=0.0, stale=0))
+    early = time_range(Snapshot(FINAL, 0.0, 20.0, (_final(before, total=3),)))
+    # seed 0 ended by patience at 40, seed 1 is at 40 and still improving, seed 2 waits
+    after = (Work(0, DONE, 40, 1.0, started=0.0), Work(1, RUNNING, 40, 1.0, started=0.0, stale=0))
+    late = time_range(Snapshot(FINAL, 0.0, 40.0, (_final(after, total=3),)))
+    assert early is not None and late is not None
+    # the ended seed is known exactly; its 40 epochs are the low end of the one queued (not the
+    # search's 25), and seed 1 at 40 stops no sooner than patience lets it (55)
+    assert late.low == pytest.approx((15 + 40) / 2)
+    assert late.high == pytest.approx((60 + 100) / 2)
+    assert late.high / late.low < early.high / early.low
+
+
+def test_one_figure_when_the_ends_come_together() -> None:
+    # the one seed left is in its budget's last epochs: the ends come close, then meet
+    work = (Work(0, DONE, 30, 1.0, started=0.0), Work(1, RUNNING, 95, 1.0, started=0.0, stale=12))
+    span = time_range(Snapshot(FINAL, 0.0, 62.5, (_final(work, total=2),)))
+    assert span is not None
+    # low: patience stops seed 1 at 98 (3 more epochs); high: its budget, 5 more; pace 2
+    assert (span.low, span.high) == (pytest.approx(1.5), pytest.approx(2.5))
+    assert span.single is None  # 1.5 to 2.5 s: still a range
+    # at 99 of 100 and improving: patience cannot stop it before its budget, so both ends agree
+    close = time_range(Snapshot(FINAL, 0.0, 64.5, (_final((work[0], replace(work[1], epochs=99, stale=0)), total=2),)))
+    assert close is not None and close.low == close.high == pytest.approx(0.5)
+    assert close.single == pytest.approx(0.5)
+    assert close.low <= close.single <= close.high and span_text(close).startswith("about ")
+    assert span_text(Range(100.0, 110.0, 105.0)) == "about 1 min 45 s"
+    assert span_text(Range(720.0, 1790.0)) == "12-30 min"
+
+
+def test_a_search_s_range_stops_trials_at_the_next_rung_or_runs_them_to_the_budget() -> None:
+    rules = Rungs((5,), 1 / 3, free=2)
+    work = (Work(0, DONE, 15, 1.0, started=0.0), Work(1, RUNNING, 10, 1.0, started=0.0),
+            Work(2, RUNNING, 2, 1.0, started=5.0))
+    unit = Unit("d", "f", 5, 15, "max", 2, 3, work, asha=rules)
+    span = time_range(Snapshot(SEARCH, 0.0, 13.5, (unit,)))  # 27 epoch-seconds in 13.5 s: pace 2
+    assert span is not None
+    # low: trial 1 (first round) runs its 15 (5 left), trial 2 stops at the rung (3), the two
+    # queued at the rung (5 each); high: 5 + 13 + 2 x 15
+    assert span.low == pytest.approx((5 + 3 + 10) / 2)
+    assert span.high == pytest.approx((5 + 13 + 30) / 2)
 
 
 def test_a_search_s_estimate_counts_epochs_by_asha_s_rungs() -> None:
@@ -170,7 +255,9 @@ def test_a_final_stage_line_names_the_running_seed_and_its_epoch() -> None:
                                                   Work(1, RUNNING, 7, 0.5, 0.8), Work(2, FAILED, 1, 0.5)))
     assert unit_text(unit, FINAL) == "xor/cfc 3/5 (seed 1 at epoch 7, 1 failed), best 0.9"
     line = plain_line(Snapshot(FINAL, 0.0, 30.0, (unit,)))
-    assert line.startswith("ctsweep final: 3 of 5 seeds ended, 1 running · 30 s elapsed, about ")
+    # seed 1 may stop where seed 0 did (12) or run its 30, the queued one the same: 8.5 or 26.5
+    # epoch-seconds at 10 / 30 a second; the failed one counts for neither
+    assert line.startswith("ctsweep final: 3 of 5 seeds ended, 1 running · 30 s elapsed, 26 s-2 min left · ")
 
 
 # ------------------------------------------------------------------------------------- the display
@@ -273,7 +360,7 @@ def test_a_final_unit_s_patience_and_a_seed_s_epochs_without_progress_are_read_b
     client, _, exp = _store(tmp_path)
     started = time.time()
     parent = tracking.start_run(client, exp, "final/cfc", {"stage": "final", "family": "cfc", "dataset": "xor"})
-    mark_parent(client, parent, started, total=3, max_epochs=10, mode="max", patience=4)
+    mark_parent(client, parent, started, total=3, max_epochs=10, mode="max", patience=4, prior_epochs=7.5, most=5)
     seed = tracking.start_run(client, exp, "seed-0/final/cfc", {"stage": "final", "family": "cfc", "dataset": "xor",
                                                                   "seed": 0}, parent_run_id=parent)
     tracking.log_metrics(client, seed, {"epoch": 3, "epoch_seconds": 0.5, "stale_epochs": 2}, step=3)
@@ -281,6 +368,21 @@ def test_a_final_unit_s_patience_and_a_seed_s_epochs_without_progress_are_read_b
     assert snap is not None
     [unit] = snap.units
     assert unit.patience == 4 and [(w.label, w.epochs, w.stale) for w in unit.work] == [(0, 3, 2)]
+    assert (unit.prior_epochs, unit.most) == (7.5, 5)
+
+
+def test_a_seed_s_epochs_by_patience_come_from_the_chosen_configuration_s_search_trials() -> None:
+    from pipeline.final.plans import patience_epochs
+
+    chosen, other = {"lr": 0.01}, {"lr": 0.1}
+    searched = {"best_config": chosen, "trials": [
+        {"config": chosen, "best_epoch": 6, "epochs": 15, "status": "ok"},
+        {"config": other, "best_epoch": 2, "epochs": 5, "status": "ok"},  # ASHA's stop at the rung: not read
+        {"config": chosen, "best_epoch": None, "epochs": 0, "status": "failed"}]}
+    assert patience_epochs(searched, 15, 100) == 21
+    assert patience_epochs(searched, 15, 18) == 18  # within the final's budget
+    assert patience_epochs(searched, None, 100) is None
+    assert patience_epochs({**searched, "trials": searched["trials"][1:]}, 15, 100) is None
 
 
 def test_a_seed_ray_started_again_counts_once_at_its_latest_attempt(tmp_path: Path) -> None:

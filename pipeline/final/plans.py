@@ -252,6 +252,23 @@ def expected_seconds(timing: Timing | None, config: dict[str, Any], n_train: int
     return timing.step_s * p.epochs * steps_per_epoch(n_train, batch, p.epochs, p.min_steps)
 
 
+def patience_epochs(searched: dict[str, Any], patience: int | None, epochs: int) -> float | None:
+    """The epochs a final seed trains when patience stops it, as the family's search measured: its
+    chosen configuration's trials (one per search repeat) reached their best validation score at
+    epoch b, so a seed that improves as long is stopped at b + patience (within `epochs`); the
+    mean over those trials. Only the chosen configuration's: the others' learning rates and sizes
+    decide other curves, and a trial ASHA stopped at a rung tells where the rung is, not where
+    validation stops improving. A trial still improving at its last epoch gives a low guess (the
+    seed may well improve for longer): the low end of the progress display's range, which is
+    what it is for. None without patience or a trial that logged its best epoch."""
+    if not patience:
+        return None
+    chosen = [config for _, config in searched_repeats(searched)]
+    best = [int(t["best_epoch"]) for t in searched.get("trials", [])
+            if t.get("config") in chosen and t.get("status", "ok") == "ok" and t.get("best_epoch")]
+    return statistics.fmean(min(epochs, b + patience) for b in best) if best else None
+
+
 def _check_time_limit(timing: Timing | None, p: FinalParams, dataset: str, family: str) -> None:
     """A cap below one epoch would stop every seed before it trained: refuse it before Ray starts."""
     if p.time_limit_s is None:

@@ -83,6 +83,13 @@ class Race:
             extended.append(plan)
         return extended
 
+    def room(self, plan: Plan) -> int:
+        """Seeds the race may still add to `plan` (0 when it is off): the progress display's high
+        end counts them (pipeline.progress.estimate), whether or not a look asks for them."""
+        if not self.on or self.p is None:
+            return 0
+        return max(0, self.p.max_seeds - len(_nominal(plan)))
+
     def summary(self) -> dict[str, Any]:
         """The final records' `race` (pipeline.final.race.race_summary); the defaults without plans."""
         if self.p is None:

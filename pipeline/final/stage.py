@@ -33,7 +33,7 @@ from pipeline.data.provenance import provenance_fields
 from pipeline.final.counts import mean_loss, split_summary, summed_counts
 from pipeline.final.repeats import between_repeats, searched_repeats
 from pipeline.final import racing
-from pipeline.final.plans import Inputs, Part, Plan, dataset_part, open_part, resources_key, scaled_lr
+from pipeline.final.plans import Inputs, Part, Plan, dataset_part, open_part, patience_epochs, resources_key, scaled_lr
 from pipeline.final.seeds import SeedJob, spread, train_seed
 from pipeline.models import get_model_class
 from pipeline.runtime.interrupts import Interrupted, deferred, wrote
@@ -120,7 +120,7 @@ def _run(parts: list[Part]) -> None:
                         not in trained[(part.inputs.dataset, plan.family)]]
                 if todo:
                     if started is None:
-                        started = _start(session, parts, cells)
+                        started = _start(session, parts, cells, races)
                     done, newly_failed = spread(todo, {part.inputs.dataset: part.inputs.data for part in parts
                                                        if part.plans})
                     failed.update(newly_failed)
@@ -134,7 +134,7 @@ def _run(parts: list[Part]) -> None:
                 if started is not None:
                     for part, plan in cells:
                         if plan in extended:
-                            _mark(part, plan, started)
+                            _mark(part, plan, started, races[part.inputs.dataset])
     except Interrupted as exc:  # the seeds were stopped; the previous result files stay as they were
         with deferred():
             for part, plan in cells:
@@ -161,7 +161,8 @@ def _run(parts: list[Part]) -> None:
         raise errors[0]
 
 
-def _start(session: contextlib.ExitStack, parts: list[Part], cells: list[tuple[Part, Plan]]) -> float:
+def _start(session: contextlib.ExitStack, parts: list[Part], cells: list[tuple[Part, Plan]],
+           races: dict[str, racing.Race]) -> float:
     """Ray and the progress display, opened when the first seed is to train; returns the start time."""
     session.enter_context(ray_session())
     check_shared_storage(tracking.tracking_uri(parts[0].inputs.root))
@@ -171,18 +172,21 @@ def _start(session: contextlib.ExitStack, parts: list[Part], cells: list[tuple[P
     uri = tracking.tracking_uri(parts[0].inputs.root)
     started = session.enter_context(shown(uri, sorted({part.inputs.experiment[1] for part in parts}), FINAL))
     for part, plan in cells:
-        _mark(part, plan, started)
+        _mark(part, plan, started, races[part.inputs.dataset])
     return started
 
 
-def _mark(part: Part, plan: Plan, started: float) -> None:
+def _mark(part: Part, plan: Plan, started: float, race: racing.Race) -> None:
     """Tag the family's parent run with what it trains, for progress read from MLflow
     (pipeline.progress.read): its seed runs, those kept from an earlier attempt, their epoch
-    budget, its patience and a seed's epoch as the search timed it (before one is timed here)."""
+    budget, its patience, a seed's epoch and its epochs by patience as the search measured them
+    (before one is timed or ends here), and the seeds it may come to if the race asks for all."""
     first = plan.jobs[0]
     prior = first.expected_s / first.epochs if first.expected_s > 0 and first.epochs else None
     mark_parent(part.inputs.experiment[0], plan.parent, started, len(plan.jobs), max(j.epochs for j in plan.jobs),
-                plan.searched["mode"], kept=len(plan.kept), prior_epoch_s=prior, patience=first.patience)
+                plan.searched["mode"], kept=len(plan.kept), prior_epoch_s=prior, patience=first.patience,
+                prior_epochs=patience_epochs(plan.searched, first.patience, first.epochs),
+                most=len(plan.jobs) + race.room(plan))
 
 
 def _finish(inputs: Inputs, plan: Plan, trained: dict[tuple[int, str, int], dict[str, Any]],

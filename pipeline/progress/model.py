@@ -67,6 +67,12 @@ class Unit:
     prior_epoch_s: float | None = None  # a final seed's epoch as its search measured it (before any is timed)
     asha: Rungs | None = None  # a search unit's ASHA rules (None: a final unit, or a run from before the tag)
     patience: int | None = None  # a final unit's early stopping: epochs without progress that stop a seed
+    # A final seed's epochs when patience stops it, as the family's search measured (the chosen
+    # configuration's trial: its best epoch + patience); the estimate's patience case before a seed ends.
+    prior_epochs: float | None = None
+    # The most trials or seeds the unit may come to (a final unit: its seeds once the race has
+    # given every family its max_seeds; None: `total`): counted at the high end of the estimate only.
+    most: int | None = None
 
     @property
     def name(self) -> str:

@@ -30,6 +30,8 @@ TOTAL, KEPT, MAX_EPOCHS, ROUND_SIZE, ROUNDS, MODE, PRIOR = (
     "progress_mode", "progress_prior_epoch_s")
 ASHA = "progress_asha"  # a search unit's ASHA rules (model.Rungs), as JSON
 PATIENCE = "progress_patience"  # a final unit's early-stopping patience
+PRIOR_EPOCHS = "progress_prior_epochs"  # a final seed's epochs by patience, as its search measured (Unit.prior_epochs)
+MOST = "progress_most"  # the most seeds a final unit may come to, the race's included (Unit.most)
 STALE = "stale_epochs"  # a trial's or seed's epochs since its last progress, logged each epoch
 ENDED_TAG = "progress_ended"  # a search trial's end as Tune saw it: DONE, STOPPED or FAILED
 BEST = "best_val_metric"
@@ -39,8 +41,10 @@ STAGES = (SEARCH, FINAL)  # the stages that show progress
 
 def mark_parent(client: tracking.MlflowClient, run_id: str, started: float, total: int, max_epochs: int, mode: str,
                 round_size: int | None = None, rounds: int | None = None, kept: int = 0,
-                prior_epoch_s: float | None = None, asha: Rungs | None = None, patience: int | None = None) -> None:
-    """Tag a unit's parent run with what its stage will run and this attempt's start and driver."""
+                prior_epoch_s: float | None = None, asha: Rungs | None = None, patience: int | None = None,
+                prior_epochs: float | None = None, most: int | None = None) -> None:
+    """Tag a unit's parent run with what its stage will run and this attempt's start and driver
+    (the optional ones: model.Unit's fields of the same names)."""
     tags: dict[str, Any] = {STARTED: f"{started:.3f}", HOST: socket.gethostname(), PID: os.getpid(), TOTAL: total,
                             KEPT: kept, MAX_EPOCHS: max_epochs, MODE: mode}
     if round_size:
@@ -51,6 +55,10 @@ def mark_parent(client: tracking.MlflowClient, run_id: str, started: float, tota
         tags[ASHA] = json.dumps(asdict(asha), separators=(",", ":"))
     if patience:
         tags[PATIENCE] = patience
+    if prior_epochs:
+        tags[PRIOR_EPOCHS] = f"{prior_epochs:.4g}"
+    if most:
+        tags[MOST] = most
     tracking.set_tags(client, run_id, tags)
 
 
@@ -140,7 +148,17 @@ def unit_of(parent: Any, children: Iterable[Any], stage: str) -> Unit:
                 int(tags.get(MAX_EPOCHS, "0")), tags.get(MODE, "max"),
                 int(tags[ROUND_SIZE]) if ROUND_SIZE in tags else None,
                 int(tags[ROUNDS]) if ROUNDS in tags else None, tuple(work), float(prior) if prior else None,
-                rungs_of(tags), int(tags[PATIENCE]) if tags.get(PATIENCE, "").isdigit() else None)
+                rungs_of(tags), int(tags[PATIENCE]) if tags.get(PATIENCE, "").isdigit() else None,
+                _number(tags.get(PRIOR_EPOCHS)), int(tags[MOST]) if tags.get(MOST, "").isdigit() else None)
+
+
+def _number(text: str | None) -> float | None:
+    """A tag's positive number; None when absent or unreadable (a tag this version cannot read)."""
+    try:
+        value = float(text) if text else None
+    except ValueError:
+        return None
+    return value if value is not None and value > 0 else None
 
 
 def rungs_of(tags: dict[str, str]) -> Rungs | None:

@@ -1,7 +1,10 @@
 """A Snapshot as text: one plain line (logs, CI, `ctsweep status`) or a rich table (a terminal).
 
     ctsweep search: 5 of 12 trials ended, 2 running · 3 min 10 s elapsed, about 6 min left · xor/cfc 3/6 (1 running, 1 stopped early), best 0.9375, round 1/2 · xor/ncde 2/6 (1 running), best 0.875, round 1/2
-    ctsweep final: 3 of 10 seeds ended, 2 running · 1 min 2 s elapsed, about 4 min left · xor/cfc 2/5 (seed 2 at epoch 14), best 0.95 · xor/ncde 1/5 (seed 1 at epoch 3)
+    ctsweep final: 3 of 10 seeds ended, 2 running · 1 min 2 s elapsed, 4-11 min left · xor/cfc 2/5 (seed 2 at epoch 14), best 0.95 · xor/ncde 1/5 (seed 1 at epoch 3)
+
+The time left is a range while its ends differ (pipeline.progress.estimate.Range: seeds stopped
+by patience or run to their budget), one figure once they come close.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import math
 
 from rich.table import Table
 
-from pipeline.progress.estimate import time_left
+from pipeline.progress.estimate import Range, time_range
 from pipeline.progress.model import FAILED, SEARCH, STOPPED, Snapshot, Unit
 
 
@@ -32,12 +35,33 @@ def _noun(stage: str) -> str:
     return "trials" if stage == SEARCH else "seeds"
 
 
+def span_text(span: Range) -> str:
+    """"about 6 min" (one figure: Range.single), else the range: "12-30 min", "40 s-3 min",
+    "1 h 10 min-2 h 05 min"; a range whose ends read alike at the unit shown is one figure."""
+    if span.single is not None:
+        return f"about {duration(span.single)}"
+    low, high = int(round(span.low)), int(round(span.high))
+    if high < 60:
+        text = f"{low}-{high} s"
+    elif high < 3600:  # whole minutes: the low end rounded down, the high end up (both stay ends)
+        text = f"{low // 60}-{-(-high // 60)} min" if low >= 60 else f"{low} s-{-(-high // 60)} min"
+    else:
+        text = f"{_minutes(low)}-{_minutes(high)}"
+    return text if duration(low) != duration(high) else f"about {duration(low)}"
+
+
+def _minutes(seconds: int) -> str:
+    """"45 s", "12 min", "2 h 03 min": a range's end in whole minutes past one."""
+    return duration(seconds) if seconds < 60 or seconds >= 3600 else f"{seconds // 60} min"
+
+
 def clock(snapshot: Snapshot) -> str:
-    """"3 min 10 s elapsed, about 6 min left" (no estimate yet: "time left: after the first epochs")."""
+    """"3 min 10 s elapsed, 6-14 min left" or "..., about 6 min left" (span_text; no estimate
+    yet: "time left: estimated after the first epochs")."""
     if snapshot.total and snapshot.ended >= snapshot.total:
         return f"{duration(snapshot.elapsed)} elapsed, all ended"
-    left = time_left(snapshot)
-    tail = f"about {duration(left)} left" if left is not None else "time left: estimated after the first epochs"
+    span = time_range(snapshot)
+    tail = f"{span_text(span)} left" if span is not None else "time left: estimated after the first epochs"
     return f"{duration(snapshot.elapsed)} elapsed, {tail}"
 
 
