@@ -85,6 +85,27 @@ def test_the_last_epoch_of_a_completed_trial_reaches_the_study() -> None:
     assert searcher.trial_number("t0") == 0 and searcher.trial_number("unknown") is None
 
 
+def test_epochs_reported_again_after_a_restore_reach_the_study_once_without_a_warning() -> None:
+    # A trial restored from its checkpoint at epoch 1 trains epochs 2 and 3 again; the searcher
+    # restored with it (Tune pickles its state) meets steps the study already holds.
+    import pickle
+    import warnings
+
+    searcher = _searcher(0)
+    searcher.suggest("t0")
+    for epoch in (1, 2, 3):
+        searcher.on_trial_result("t0", {"val_metric": 0.5 + 0.1 * epoch, "training_iteration": epoch, EPOCH: epoch})
+    restored = pickle.loads(pickle.dumps(searcher))
+    restored.__dict__.pop("_reported_steps", None)  # as a searcher saved in another process starts
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for epoch in (2, 3, 4):
+            restored.on_trial_result("t0", {"val_metric": 0.2, "training_iteration": epoch, EPOCH: epoch})
+    assert [str(w.message) for w in caught] == []
+    values = restored._ot_study.trials[0].intermediate_values
+    assert values == pytest.approx({1: 0.6, 2: 0.7, 3: 0.8, 4: 0.2})  # the first value of a step is kept
+
+
 class _Trial:
     """The one attribute ASHA reads of a trial."""
 

@@ -57,6 +57,23 @@ class BudgetAwareOptunaSearch(OptunaSearch):
         trial = self._ot_trials.get(trial_id)
         return None if trial is None else trial.number
 
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        """Report an epoch to Optuna once. A trial restored from its checkpoint (a resumed search, a
+        retried trial) trains again the epochs after that checkpoint and reports their steps a
+        second time; Optuna keeps the first value and warns "step=N is already reported" for
+        each (18-21 lines on a resumed default search). The steps already in the study are read
+        once per trial, at its first result in this process."""
+        trial = self._ot_trials.get(trial_id)
+        step = result.get("training_iteration")
+        if trial is not None and step is not None and trial_id not in self._completed_trials:
+            reported = self.__dict__.setdefault("_reported_steps", {})  # absent in a searcher saved before it
+            if trial_id not in reported:
+                reported[trial_id] = set(trial.storage.get_trial(trial._trial_id).intermediate_values)
+            if step in reported[trial_id]:
+                return
+            reported[trial_id].add(step)
+        super().on_trial_result(trial_id, result)
+
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if not error and result is not None and trial_id not in self._completed_trials:
             self._report_last(trial_id, result)
