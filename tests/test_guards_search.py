@@ -197,6 +197,23 @@ def test_a_file_where_the_ctsweep_folder_goes_is_one_line_too(tiny: Path) -> Non
                     f"search` in {tiny / '.ctsweep' / 'logs'}; move the file away, then run this again"), line
 
 
+def test_tune_s_restore_advice_goes_to_the_log_not_the_terminal(tmp_path: Path) -> None:
+    """Tune's driver logs "Resume experiment with: Tuner.restore(...)" on every interrupted
+    search; a ctsweep user resumes with the same command, so the line is in the log only. Tune's
+    errors still reach the terminal."""
+    code = (
+        "import logging, sys; from pathlib import Path; from pipeline.runtime.output import quiet_libraries;"
+        f"quiet_libraries(Path({str(tmp_path)!r}), 'search');"
+        "log = logging.getLogger('ray.tune.tune');"
+        "log.warning('Experiment has been interrupted, but the most recent state was saved.\\n'"
+        "            'Resume experiment with: Tuner.restore(path=\"/x\", trainable=...)');"
+        "log.error('Trials did not complete: [t0]')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Tuner.restore" not in done.stderr and "Trials did not complete" in done.stderr
+    assert "Tuner.restore" in (tmp_path / ".ctsweep" / "logs" / "ctsweep-search.log").read_text()
+
+
 @pytest.mark.parametrize(("command", "args"), [("search", (D, F)), ("final", (D, F)), ("report", ()),
                                                 ("classical", (D,))])
 def test_a_prepared_dataset_without_its_digest_is_refused_as_unverified(tiny: Path, command: str,

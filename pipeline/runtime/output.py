@@ -30,7 +30,11 @@ LOG_DIR = Path(".ctsweep") / "logs"
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Lines of these loggers below the level given go to the log file only (their own handlers print
 # them): Ray's note that token authentication is on is a warning about the local cluster's default.
-MOVED = {"mlflow": logging.WARNING, "ray._private.authentication.authentication_token_setup": logging.ERROR}
+# Tune's driver (ray.tune.tune) warns on every interrupted search to resume with
+# `Tuner.restore(path=..., trainable=...)`: a ctsweep user resumes with `dvc repro` or the same
+# command again, which restores the Tune run itself, so those lines go to the log only.
+MOVED = {"mlflow": logging.WARNING, "ray._private.authentication.authentication_token_setup": logging.ERROR,
+         "ray.tune.tune": logging.ERROR}
 # Warnings no ctsweep user can act on, kept out of the terminal (the log has them): MLflow's note
 # that a Python object is pickled, on every final model logged (pipeline.serving.pyfunc logs its
 # wrapper object by design: models-from-code would have to import the project from a path).
