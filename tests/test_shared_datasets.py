@@ -53,6 +53,23 @@ def test_siblings_are_the_other_prepared_datasets_in_params_order(tmp_path: Path
     assert siblings(tmp_path, ["a", "b", "c"], "a", False) == []
 
 
+def test_a_refusal_of_the_searched_dataset_is_the_only_line_beside_a_left_optional_one(
+        project: Path, capsys: pytest.CaptureFixture) -> None:
+    """An optional dataset left to its own search is said once every check has passed: when a
+    later check refuses the search itself, the refusal is the one line (before Ray starts)."""
+    from pipeline.errors import CtsweepError
+
+    for name, seed in (("a", 5), ("busy", 7)):
+        _xor(project, name, seed)
+    (project / "blocked").write_text("")  # a file where the search's storage folder would go
+    p = SearchParams(num_samples=3, max_concurrent=1, epochs=2, n_startup_trials=1,
+                     storage_path=str(project / "blocked" / "ray"))
+    with stage_lock(project, "search", "busy", FAMILY), pytest.raises(CtsweepError) as refused:
+        search_datasets(project, ["a"], [FAMILY], p, only_stale=True, optional=["busy"])
+    assert "left to" not in capsys.readouterr().err
+    assert "blocked" in str(refused.value)
+
+
 @pytest.mark.slow
 def test_two_datasets_search_in_one_run_and_find_what_they_find_alone(project: Path, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch,

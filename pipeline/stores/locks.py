@@ -103,11 +103,14 @@ def _locked(folder: Path, path: Path, command: str) -> IO[str]:
 
 
 def take_datasets(locks: contextlib.ExitStack, root: Path, stage: str, families: Sequence[str],
-                  datasets: Sequence[str], optional: Sequence[str], build: Callable[[str, bool], T]) -> list[T]:
+                  datasets: Sequence[str], optional: Sequence[str], build: Callable[[str, bool], T],
+                  left: list[str] | None = None) -> list[T]:
     """The parts of a stage run over several datasets: `build(name, optional)` of each of `datasets`,
     then of each of `optional` that can be taken (`share_datasets`), each (dataset, family) locked
     for `stage` until `locks` closes. A dataset of `datasets` that is busy or fails its checks
-    raises; one of `optional` is left, with one line, to its own `ctsweep <stage> <name>`."""
+    raises; one of `optional` is left, with one line, to its own `ctsweep <stage> <name>`: printed
+    now, or appended to `left` for a stage with checks still to come, so that a later refusal of
+    one of `datasets` is the only line."""
     for name in sorted(datasets):
         for family in sorted(families):
             locks.enter_context(stage_lock(root, stage, name, family))
@@ -120,7 +123,11 @@ def take_datasets(locks: contextlib.ExitStack, root: Path, stage: str, families:
                 part = build(name, True)
                 locks.enter_context(own.pop_all())  # held until the stage ends
         except CtsweepError as exc:  # its own stage reports it; this one goes on without it
-            print(f"ctsweep: {stage}: {name} left to `ctsweep {stage} {name}`: {exc}", file=sys.stderr)
+            line = f"ctsweep: {stage}: {name} left to `ctsweep {stage} {name}`: {exc}"
+            if left is None:
+                print(line, file=sys.stderr)
+            else:
+                left.append(line)
             continue
         parts.append(part)
     return parts

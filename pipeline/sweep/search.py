@@ -116,9 +116,10 @@ def search_datasets(root: Path, datasets: list[str], families: list[str], p: Sea
         if len(set(names)) != len(names):
             raise ValueError(f"{kind} listed twice: {names}")
     with contextlib.ExitStack() as locks:  # one driver per search: a second is refused
+        left: list[str] = []  # optional datasets left to their own search: said once every check has passed
         parts = take_datasets(locks, root, "search", families, datasets, optional,
-                              lambda name, extra: _part(root, name, families, p, extra or only_stale, trial_fn))
-        return _search(root, parts, p, fresh, trial_fn)
+                              lambda name, extra: _part(root, name, families, p, extra or only_stale, trial_fn), left)
+        return _search(root, parts, p, fresh, trial_fn, left)
 
 
 class SearchFailedError(CtsweepError):
@@ -161,7 +162,7 @@ def _part(root: Path, dataset: str, families: list[str], p: SearchParams, only_s
 
 
 def _search(root: Path, parts: list[_Part], p: SearchParams, fresh: bool,
-            trial_fn: TrialFn = run_trial) -> dict[str, dict[str, dict[str, Any]]]:
+            trial_fn: TrialFn = run_trial, left: Sequence[str] = ()) -> dict[str, dict[str, dict[str, Any]]]:
     storage = check_storage_path(root, p.storage_path)  # the same location storage_location gives, checked
     sensitivity.check_optuna_storage(root, p.optuna_storage)  # opened now: not after the whole search
     if not is_uri(storage):
@@ -170,6 +171,8 @@ def _search(root: Path, parts: list[_Part], p: SearchParams, fresh: bool,
     here = local_node()  # a local instance: a request this machine cannot meet is refused before it starts
     for plan in {plan.family: plan for part in active for plan in part.todo}.values() if here else ():
         check_fits(plan.res, _resources_key(p, plan.family), p.autoscaling, nodes=here)
+    if not active:
+        _print_lines(left)
     records: dict[tuple[str, str], dict[str, Any]] = {}
     written: dict[tuple[str, str], Path] = {}  # (dataset, family) -> where its record went, once written and closed
     if active:
@@ -179,7 +182,8 @@ def _search(root: Path, parts: list[_Part], p: SearchParams, fresh: bool,
             check_shared_storage(uri, p.storage_path, "search.storage_path")
             for plan in {plan.family: plan for part in active for plan in part.todo}.values():
                 check_fits(plan.res, _resources_key(p, plan.family), p.autoscaling)
-            _print_notes(active)  # every check passed: a refusal above was its own line alone
+            _print_lines(left)  # every check passed: a refusal above was its own line alone
+            _print_notes(active)
             for part in active:
                 part.client, part.exp_id = tracking.experiment_id(root, part.dataset)
             with shown(uri, [part.exp_id for part in active], SEARCH) as started:
@@ -281,6 +285,11 @@ def _small_splits(dataset: str, meta: Any) -> list[str]:
     return [f"ctsweep: search: warning: {dataset} has only {', '.join(small)} series: a score over fewer than "
             f"{MIN_SERIES} moves by more than {100 // MIN_SERIES} points with one series (prepare more, or "
             f"final.validation: per_seed)"]
+
+
+def _print_lines(lines: Sequence[str]) -> None:
+    for line in lines:
+        print(line, file=sys.stderr)
 
 
 def _print_notes(active: list[_Part]) -> None:
