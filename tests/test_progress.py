@@ -491,3 +491,21 @@ def test_the_replay_counts_epochs_without_progress_by_the_trainer_s_rule() -> No
     losses = list(zip(at, [1.0, 0.9, 0.8999, 0.5, 0.5, 0.5]))  # 0.8999: less than 0.1 % lower, no progress
     assert [c for _, c in _stale(scores, losses, "max")] == [0, 0, 1, 0, 0, 1]
     assert _stale(scores, losses[:3], "max") == []  # histories that do not line up: no count
+
+
+@pytest.mark.parametrize("stage", [SEARCH, FINAL])
+def test_the_live_table_fits_80_columns_without_cutting_a_family_name(stage: str) -> None:
+    from rich.console import Console
+
+    from pipeline.progress.render import table
+
+    work = (Work(0, RUNNING, 71, 1.0), Work(1, RUNNING, 34, 1.0), Work(2, DONE, 50, 1.0, best=0.9286))
+    units = tuple(Unit("italy_power_demand", family, 8, 100, work=work, round_size=2 if stage == SEARCH else None,
+                       rounds=3 if stage == SEARCH else None) for family in ("cde_fwp_delta", "ode_rnn_tw"))
+    console = Console(width=80, file=io.StringIO(), record=True)
+    console.print(table(Snapshot(stage, 1000.0, 1600.0, units)))
+    lines = console.export_text().splitlines()
+    assert max(map(len, lines)) <= 80
+    for family in ("cde_fwp_delta", "ode_rnn_tw"):
+        assert any(f"italy_power_demand/{family} " in line for line in lines), lines
+    assert not any("…" in line for line in lines), lines  # no header or cell shortened either

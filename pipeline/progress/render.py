@@ -99,16 +99,21 @@ def plain_line(snapshot: Snapshot) -> str:
 def table(snapshot: Snapshot) -> Table:
     """The live display's table: a row per (dataset, family)."""
     search = snapshot.stage == SEARCH
-    out = Table(title=headline(snapshot), title_justify="left", expand=False)
-    out.add_column("dataset/family")
-    out.add_column(f"{_noun(snapshot.stage)} ended", justify="right")
-    out.add_column("running")
-    if search:
-        out.add_column("stopped early", justify="right")
-    out.add_column("failed", justify="right")
-    out.add_column("best validation", justify="right")
-    if search:
-        out.add_column("round", justify="right")
+    out = Table(title=headline(snapshot), title_justify="left", expand=False, pad_edge=False)
+    # The name is what a row is read by: never cut (at 80 columns a 33-character
+    # "italy_power_demand/cde_fwp_delta" fits); the other columns wrap or shorten first.
+    longest = max((len(u.name) for u in snapshot.units), default=0)
+    out.add_column("dataset/family", no_wrap=True, min_width=longest)
+    out.add_column("ended", justify="right", no_wrap=True)
+    if search:  # counts: short headers (the legend is the headline's words)
+        for header in ("run", "stop", "fail"):
+            out.add_column(header, justify="right", no_wrap=True)
+        out.add_column("best", justify="right", no_wrap=True)
+        out.add_column("round", justify="right", no_wrap=True)
+    else:  # the running seeds and their epochs: the column that wraps
+        out.add_column("running")
+        out.add_column("failed", justify="right", no_wrap=True)
+        out.add_column("best val", justify="right", no_wrap=True)
     for u in snapshot.units:
         running = (str(len(u.running)) if search else
                    ", ".join(f"seed {w.label}: epoch {w.epochs}" if w.epochs else f"seed {w.label}: starting"
