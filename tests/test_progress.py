@@ -509,3 +509,19 @@ def test_the_live_table_fits_80_columns_without_cutting_a_family_name(stage: str
     for family in ("cde_fwp_delta", "ode_rnn_tw"):
         assert any(f"italy_power_demand/{family} " in line for line in lines), lines
     assert not any("…" in line for line in lines), lines  # no header or cell shortened either
+
+
+def test_a_run_stopped_by_a_signal_is_stopped_not_failed() -> None:
+    from types import SimpleNamespace
+
+    from pipeline.progress.read import _state
+
+    def run(status: str, tags: dict, start_s: float = 100.0) -> SimpleNamespace:
+        return SimpleNamespace(data=SimpleNamespace(tags=tags), info=SimpleNamespace(status=status, start_time=start_s * 1000))
+
+    for stage in (SEARCH, FINAL):
+        assert _state(run("KILLED", {"interrupted": "SIGINT"}), stage, 90.0) == STOPPED
+        assert _state(run("KILLED", {}), stage, 90.0) == STOPPED
+        assert _state(run("FAILED", {"interrupted": "SIGTERM"}), stage, 90.0) == STOPPED  # closed on its way out
+        assert _state(run("FAILED", {}), stage, 90.0) == FAILED  # the trial's own error
+        assert _state(run("KILLED", {}, start_s=10.0), stage, 90.0) is None  # an earlier attempt's

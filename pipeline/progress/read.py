@@ -100,8 +100,13 @@ def _state(run: Any, stage: str, started: float) -> str | None:
         return tags.get(ENDED_TAG) or RUNNING
     if status == "FINISHED":
         return STOPPED if stage == SEARCH and tags.get(tracking.OUTCOME_TAG) == tracking.STOPPED_EARLY else DONE
-    # FAILED or KILLED: this attempt's only (an earlier attempt's interrupted seeds are trained again)
-    return FAILED if run.info.start_time / 1000 >= started - 1.0 else None
+    if run.info.start_time / 1000 < started - 1.0:  # an earlier attempt's: its interrupted work runs again
+        return None
+    # Stopped by a signal (the user's Ctrl-C, a SIGTERM): closed KILLED and tagged by the stage,
+    # not an error of the trial or seed: it trains again when the command runs again
+    if status == "KILLED" or "interrupted" in tags:
+        return STOPPED
+    return FAILED
 
 
 def work_of(run: Any, stage: str, started: float) -> Work | None:
