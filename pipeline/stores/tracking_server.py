@@ -59,8 +59,10 @@ class TrackingServer:
         self.log = self.folder / "server.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout_s: float = 90) -> str:
-        """Start the server; return its URL once /health answers and its store is open."""
+    def start(self, timeout_s: float = 180) -> str:
+        """Start the server; return its URL once /health answers and its store is open. The wait:
+        on 2 cores beside a test suite's three workers and eight trials, its two workers took 80 s
+        to import MLflow's app and answer (a CI run's PostgreSQL search test gave up at 90 s)."""
         env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": JOB_EXECUTION,
                "UVICORN_TIMEOUT_WORKER_HEALTHCHECK": WORKER_HEALTHCHECK_S, **os.environ,
                "MLFLOW_DISABLE_TELEMETRY": "true"}
