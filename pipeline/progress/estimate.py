@@ -191,16 +191,27 @@ def busy_seconds(snapshot: Snapshot) -> float:
     return snapshot.now - max(snapshot.started, min(starts)) if starts else snapshot.elapsed
 
 
-def time_left(snapshot: Snapshot) -> float | None:
-    """Seconds until the stage ends, as the module says; None while there is nothing to go by."""
+def _pace_and_factors(snapshot: Snapshot) -> tuple[float, float | None, dict[int, float], float] | None:
+    """(seconds of training per second of wall clock so far, budget_share, ASHA's survival,
+    load_factor): what time_left and time_range both divide and scale by; None before any epoch."""
     done, busy = trained_epoch_seconds(snapshot), busy_seconds(snapshot)
     if done <= 0 or busy <= 0:
         return None
-    share, survival, load = budget_share(snapshot), asha.survival(snapshot), load_factor(snapshot)
+    return done / busy, budget_share(snapshot), asha.survival(snapshot), load_factor(snapshot)
+
+
+def _time_left(snapshot: Snapshot, pace: float, share: float | None, survival: dict[int, float],
+               load: float) -> float | None:
     left = [remaining_epoch_seconds(u, share, survival, load) for u in snapshot.units]
     if any(x is None for x in left):
         return None
-    return sum(left) / (done / busy)  # type: ignore[arg-type]
+    return sum(left) / pace  # type: ignore[arg-type]
+
+
+def time_left(snapshot: Snapshot) -> float | None:
+    """Seconds until the stage ends, as the module says; None while there is nothing to go by."""
+    factors = _pace_and_factors(snapshot)
+    return None if factors is None else _time_left(snapshot, *factors)
 
 
 RANGE_SHARE = 0.2  # ends closer than this (high <= low x 1.2): one figure, the expectation within them
@@ -287,15 +298,14 @@ def range_epoch_seconds(unit: Unit, share: float | None, survival: dict[int, flo
 def time_range(snapshot: Snapshot) -> Range | None:
     """The time left as a Range (the module's low and high ends, over the same pace as
     time_left); None while there is nothing to go by."""
-    done, busy = trained_epoch_seconds(snapshot), busy_seconds(snapshot)
-    if done <= 0 or busy <= 0:
+    factors = _pace_and_factors(snapshot)
+    if factors is None:
         return None
-    share, survival, load = budget_share(snapshot), asha.survival(snapshot), load_factor(snapshot)
+    pace, share, survival, load = factors
     ends = [range_epoch_seconds(u, share, survival, load) for u in snapshot.units]
     if any(x is None for x in ends):
         return None
-    pace = done / busy
     low = sum(x[0] for x in ends) / pace  # type: ignore[index]
     high = sum(x[1] for x in ends) / pace  # type: ignore[index]
-    expected = time_left(snapshot)
+    expected = _time_left(snapshot, *factors)
     return Range(low, max(low, high), None if expected is None else min(max(low, high), max(low, expected)))
