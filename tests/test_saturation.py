@@ -23,11 +23,13 @@ def test_rising_reads_the_expected_best_curve() -> None:
     assert rising([0.9, 0.8, 0.7, 0.1], "min", 0.01) and not rising([0.5], "max", 0.01)
 
 
-def ordered(answers: dict[str, list[bool]], base: int, cap: int, total: int, size: int) -> tuple[dict, dict]:
+def ordered(answers: dict[str, list[bool]], base: int, cap: int, total: int, size: int,
+            costs: dict[str, int] | None = None) -> tuple[dict, dict]:
     """The grants taken one by one in priority order (round asked for, then the units' order):
     what the Pool must decide whatever order the requests come in."""
     units = list(answers)
-    left, granted, reason = total - base * len(units), dict.fromkeys(units, 0), {}
+    price = {u: (costs or {}).get(u, 1) for u in units}
+    left, granted, reason = total - base * sum(price.values()), dict.fromkeys(units, 0), {}
     for r in range(1, (cap - base) // size + 2):
         for u in units:
             if u in reason:
@@ -36,19 +38,19 @@ def ordered(answers: dict[str, list[bool]], base: int, cap: int, total: int, siz
                 reason[u] = FLATTENED
             elif r > (cap - base) // size:
                 reason[u] = CAP
-            elif left < size:
+            elif left < size * price[u]:
                 reason[u] = BUDGET
             else:
                 granted[u] += 1
-                left -= size
+                left -= size * price[u]
     return granted, reason
 
 
-def raced(answers: dict[str, list[bool]], base: int, cap: int, total: int, size: int, rng: random.Random
-          ) -> tuple[dict, dict]:
+def raced(answers: dict[str, list[bool]], base: int, cap: int, total: int, size: int, rng: random.Random,
+          costs: dict[str, int] | None = None) -> tuple[dict, dict]:
     """The Pool driven with rounds ending in a random order: any active unit may be the next to
     tell its whole budget and ask."""
-    pool = Pool(list(answers), base, cap, total, size)
+    pool = Pool(list(answers), base, cap, total, size, costs)
     asked = dict.fromkeys(answers, 0)
     while True:
         ready = [u for u in answers if pool.state[u] == "active"]
@@ -76,6 +78,59 @@ def test_flattened_families_give_their_share_to_rising_ones() -> None:
     granted, reason = ordered({"a": [True] * 4, "b": [False] * 4, "c": [False] * 4}, 4, 16, 18, 2)
     assert reason["b"] == reason["c"] == FLATTENED and granted["a"] == 3 and reason["a"] == BUDGET
     assert raced({"a": [True] * 6, "b": [False] * 6, "c": [False] * 6}, 4, 16, 18, 2, random.Random(0)) == (granted, reason)
+
+
+@pytest.mark.parametrize("share", [4, 6, 8, 12])
+def test_priced_trials_are_granted_as_the_fixed_order_would_and_never_past_the_budget(share: int) -> None:
+    answers = {"a": [True] * 6, "b": [False] * 6, "c": [True, False, True, True, True, True], "d": [True] * 6,
+               "e": [True, True, False, True, True, True]}
+    costs = {"a": 3183, "b": 909, "c": 375, "d": 1305, "e": 42}  # prices as the table's, all different
+    total = share * sum(costs.values())
+    expected = ordered(answers, 4, 14, total, 2, costs)
+    rng = random.Random(share)
+    for _ in range(200):
+        assert raced(answers, 4, 14, total, 2, rng, costs) == expected
+    granted, _ = expected
+    assert sum(2 * g * costs[u] for u, g in granted.items()) <= total - 4 * sum(costs.values())
+
+
+def test_a_cheap_familys_unused_share_does_not_buy_a_dear_familys_round() -> None:
+    """The wall time the priced budget guards: two flattened cheap families free four trials, worth
+    less than one round of the dear family, which stops on the budget; a cheap one still rising
+    gets them."""
+    answers = {"dear": [True] * 4, "cheap": [True] * 4, "flat1": [False] * 4, "flat2": [False] * 4}
+    costs = {"dear": 10, "cheap": 1, "flat1": 1, "flat2": 1}
+    total = 6 * sum(costs.values())  # num_samples 6: the fixed search's 6 trials of each, priced
+    granted, reason = ordered(answers, 4, 10, total, 2, costs)
+    assert granted["dear"] == 1 and reason["dear"] == BUDGET  # its own share's round, then nothing more
+    assert granted["cheap"] == 3 and reason["cheap"] == CAP  # its own round and the flat ones' four trials
+    assert raced(answers, 4, 10, total, 2, random.Random(1), costs) == (granted, reason)
+    unpriced = ordered(answers, 4, 10, 6 * 4, 2)  # at par, as before: the dear family took their share
+    assert unpriced[0]["dear"] > granted["dear"]
+
+
+def test_a_pool_saved_before_prices_resumes_at_one_per_trial() -> None:
+    import pickle
+
+    pool = Pool(["a", "b"], 2, 6, 8, 2, {"a": 5, "b": 1})
+    state = pool.__dict__.copy()
+    del state["cost"]  # as pickled by a search started before trials were priced
+    old = Pool.__new__(Pool)
+    old.__setstate__(state)
+    assert old.cost == {"a": 1, "b": 1} and pickle.loads(pickle.dumps(pool)).cost == {"a": 5, "b": 1}
+
+
+def test_the_price_table_is_the_zoo_benchmarks_and_prices_every_built_in_family() -> None:
+    import json
+
+    from pipeline.models.builtin import BUILTIN_FAMILIES
+    from pipeline.sweep.costs import MEDIAN, TABLE, costs_from_zoo, trial_cost
+
+    zoo = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "zoo.json").read_text())
+    assert json.loads(TABLE.read_text()) == costs_from_zoo(zoo)  # `make bench` writes both
+    assert all(trial_cost(f) > 0 for f in BUILTIN_FAMILIES) and set(BUILTIN_FAMILIES) <= set(costs_from_zoo(zoo)["costs"])
+    assert trial_cost("my_own_family") == MEDIAN
+    assert trial_cost("cde_fwp_delta") > 5 * trial_cost("cfc")  # the zoo's dearest default family, and its cheapest
 
 
 def _space(trial) -> None:
@@ -195,7 +250,10 @@ def test_a_real_saturating_search_stays_within_its_budget_and_records_it(project
     p = SearchParams(num_samples=4, round_size=2, max_concurrent=2, epochs=2, n_startup_trials=1, saturation=saturation)
     families = ["cfc", "lstm_dt"]
     records = search_many(project, "x", families, p)
-    assert sum(r["n_trials"] for r in records.values()) <= 8  # 4 trials a family: one budget for both
+    from pipeline.sweep.costs import trial_cost
+
+    price = {f: trial_cost(f) for f in families}  # 4 trials a family, priced: one budget for both
+    assert sum(r["n_trials"] * price[f] for f, r in records.items()) <= 4 * sum(price.values())
     for family, r in records.items():
         assert r["status"] == "ok" and r["saturation"] == saturation.model_dump()
         assert 2 <= r["n_trials"] <= 6 and r["n_trials"] % 2 == 0  # whole rounds, within the cap

@@ -208,7 +208,20 @@ def write_outputs(report: dict[str, Any], out: Path) -> str:
         writer.writerows(report["families"])
     markdown = render_markdown(report)
     (out / "zoo.md").write_text(markdown)
+    _write_trial_costs(report, out)
     return markdown
+
+
+def _write_trial_costs(report: dict[str, Any], out: Path) -> None:
+    """The search's price table (pipeline.sweep.costs) follows the committed zoo figures: written
+    when this run is the committed one (benchmarks/results, every built-in family, on a CPU)."""
+    from pipeline.models.builtin import BUILTIN_FAMILIES
+    from pipeline.sweep.costs import TABLE, costs_from_zoo
+
+    ran = {f["family"] for f in report["families"] if f.get("status") == "ok"}
+    if out.resolve() == (ROOT / "benchmarks" / "results").resolve() and set(BUILTIN_FAMILIES) <= ran \
+            and report["machine"].get("device") == "cpu" and not report["settings"].get("quick"):
+        TABLE.write_text(json.dumps(costs_from_zoo(report), indent=2) + "\n")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -9,12 +9,15 @@ trials. Each time it has told its study every trial it was given, it asks for on
 - it stops at the *cap* when it has `max_trials`;
 - otherwise it asks the pool for a round, and stops on the *budget* if the pool cannot give one.
 
-The pool holds one budget of trials per dataset and repeat: `num_samples` x its families, minus
-the first `min_trials` of each. It is counted in trials of at most `search.epochs` epochs, i.e.
-in trial-epochs at ASHA's max_t: a round's cost is known when it is granted, so no grant waits
-on how many epochs ASHA let the last round's trials run, and a slow family's trial costs the same
-share as a fast one's (the comparison stays fair by construction). Seconds would make the budget
-depend on the machine and its load.
+The pool holds one budget per dataset and repeat: `num_samples` trials of each of its families,
+minus the first `min_trials` of each. A trial is priced at its family's cost (pipeline.sweep.costs:
+its reference configuration's seconds per epoch in the zoo benchmark, relative to the median
+family, a committed table), at ASHA's max_t: a round's price is known when it is granted, so no
+grant waits on how many epochs ASHA let the last round's trials run. Why priced: a flattened
+family's unused trials are worth what they would have cost; handed on at par to a family whose
+trials cost five times as much, they made a saturating search slower than the fixed budget it
+replaces (docs/benchmarks/saturation.md). Why a committed price and not each trial's measured
+seconds: the grants would then depend on the machine and its load, and so would the results.
 
 Why grants wait sometimes. Units end their rounds in an order set by timing, and a pool shared by
 units must not be spent first come, first served: the same results would then give other
@@ -29,7 +32,7 @@ the units' told results alone, never on when they arrived (tests/test_saturation
 from __future__ import annotations
 
 import math
-from typing import Hashable, Sequence
+from typing import Hashable, Mapping, Sequence
 
 ACTIVE, WAITING, STOPPED = "active", "waiting", "stopped"
 FLATTENED, CAP, BUDGET = "flattened", "cap", "budget"
@@ -50,17 +53,25 @@ def rising(scores: Sequence[float], mode: str, rise: float) -> bool:
 class Pool:
     """Extension rounds for one group of units, granted in the fixed order of priority (module
     docstring). `units` in priority order among equal rounds; `base`, `cap`: trials per unit
-    before its first request and at most; `total`: the group's budget of trials."""
+    before its first request and at most; `total`: the group's budget, in trials priced at
+    `costs` ({unit: price of one trial}, whole numbers so that sums are exact; 1 each if None)."""
 
-    def __init__(self, units: Sequence[Hashable], base: int, cap: int, total: int, round_size: int) -> None:
+    def __init__(self, units: Sequence[Hashable], base: int, cap: int, total: int, round_size: int,
+                 costs: Mapping[Hashable, int] | None = None) -> None:
         self.units = list(units)
         self.round_size = round_size
         self.base = base
         self.max_rounds = (cap - base) // round_size
-        self.left = total - base * len(self.units)
+        self.cost = {u: int((costs or {}).get(u, 1)) for u in self.units}
+        self.left = total - base * sum(self.cost.values())
         self.granted = {u: 0 for u in self.units}
         self.state = {u: ACTIVE for u in self.units}
         self.reason: dict[Hashable, str] = {}
+
+    def __setstate__(self, state: dict) -> None:
+        # a pool saved by a search started before trials were priced: every trial costs 1, as then
+        self.__dict__.update(state)
+        self.__dict__.setdefault("cost", {u: 1 for u in self.units})
 
     def budget(self, unit: Hashable) -> int:
         """Trials the unit may propose so far."""
@@ -88,6 +99,9 @@ class Pool:
     def _priority(self, unit: Hashable) -> tuple[int, int]:
         return self.granted[unit] + 1, self.units.index(unit)
 
+    def _round_price(self, unit: Hashable) -> int:
+        return self.round_size * self.cost[unit]
+
     def _may_still_ask(self, other: Hashable, before: tuple[int, int]) -> int:
         """Rounds `other` may still ask for with a priority above `before`, not yet decided."""
         if self.state[other] == STOPPED:
@@ -102,15 +116,16 @@ class Pool:
         while changed:
             changed = False
             for unit in sorted((u for u in self.units if self.state[u] == WAITING), key=self._priority):
-                if self.left < self.round_size:
+                price = self._round_price(unit)
+                if self.left < price:  # the pool only shrinks: it never will
                     self._stop(unit, BUDGET)
                     changed = True
                     continue
                 mine = self._priority(unit)
-                ahead = sum(self._may_still_ask(v, mine) for v in self.units if v != unit)
-                if self.left >= self.round_size * (1 + ahead):
+                ahead = sum(self._may_still_ask(v, mine) * self._round_price(v) for v in self.units if v != unit)
+                if self.left >= price + ahead:
                     self.granted[unit] += 1
-                    self.left -= self.round_size
+                    self.left -= price
                     self.state[unit] = ACTIVE
                     grown.append(unit)
                     changed = True

@@ -15,6 +15,7 @@ from pipeline.config import Resources, SearchParams
 from pipeline.data.contract import Dataset
 from pipeline.progress.model import Rungs
 from pipeline.sweep.context import TrialContext
+from pipeline.sweep.costs import trial_cost
 from pipeline.sweep.families import FamilyScheduler, FamilySearcher, family_of
 from pipeline.sweep.plans import FamilyPlan
 from pipeline.sweep.saturation import Pool
@@ -59,8 +60,8 @@ def asha_rules(p: SearchParams) -> Rungs:
 
 def saturation_pools(units: list[tuple[str, int]], p: SearchParams) -> dict[tuple[str, int], Pool]:
     """With `search.saturation` on, one Pool per dataset and repeat over its units (in the plans'
-    order, params.yaml's), holding num_samples trials per unit; {} when it is off. A unit's key
-    is its family, or "<dataset>/<family>" when datasets share the run."""
+    order, params.yaml's), holding num_samples trials per unit, each priced at its family's cost;
+    {} when it is off. A unit's key is its family, or "<dataset>/<family>" when datasets share the run."""
     if not p.saturation.enabled:
         return {}
     groups: dict[tuple[str, int], list[tuple[str, int]]] = {}
@@ -68,8 +69,11 @@ def saturation_pools(units: list[tuple[str, int]], p: SearchParams) -> dict[tupl
         groups.setdefault((key.rpartition("/")[0], repeat), []).append((key, repeat))
     pools = {}
     for members in groups.values():
-        pool = Pool(members, p.saturation.min_trials, p.saturation.max_trials, p.num_samples * len(members),
-                    p.round_size)
+        # each trial priced at its family's cost (pipeline.sweep.costs): the budget is the fixed
+        # search's num_samples trials of every family, in the same prices
+        costs = {unit: trial_cost(unit[0].rpartition("/")[2]) for unit in members}
+        pool = Pool(members, p.saturation.min_trials, p.saturation.max_trials, p.num_samples * sum(costs.values()),
+                    p.round_size, costs)
         pools.update({unit: pool for unit in members})
     return pools
 
