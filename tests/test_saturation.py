@@ -172,6 +172,20 @@ def _serve(scores: dict[str, float | None], total: int, order: str, slots: int,
     return trials, sorted(proposals)
 
 
+def test_priced_trials_can_outnumber_the_shares_and_tune_is_told_the_caps() -> None:
+    """A dear family flattens at once: its unused share buys the cheap family more trials than the
+    shares at par add up to (2 x 6), so Tune's num_samples must be the caps, not the shares."""
+    searchers = {f: make_searcher(_space, None, "val_metric", "max", seed=i, n_startup_trials=1, max_epochs=3)
+                 for i, f in enumerate(["dear", "cheap"])}
+    costs = {("dear", 0): 5, ("cheap", 0): 1}
+    pool = Pool(list(costs), 4, 16, 6 * 6, 2, costs)
+    s = FamilySearcher(searchers, {"dear": 6, "cheap": 6}, 2, "val_metric", "max", round_size=2,
+                       pools={u: pool for u in costs}, rise=0.01)
+    assert s.total_samples == 32  # each unit's cap of 16
+    trials, _ = _serve({"dear": 0.8, "cheap": None}, 12, "oldest", 2, searcher=s)
+    assert trials == {"dear": 4, "cheap": 16}  # 20 trials: 2 rounds of the dear one's price bought 6 rounds
+
+
 def test_a_saturating_search_stops_flat_families_and_feeds_rising_ones_within_the_budget() -> None:
     scores = {"flat": 0.8, "rising": None, "also_rising": None}
     trials, proposals = _serve(scores, 18, "oldest", 2)

@@ -148,8 +148,10 @@ class FamilySearcher(Searcher):
 
     @property
     def total_samples(self) -> int:
-        """The most trials the searches may run: every budget, or every pool's whole budget."""
-        return sum(self._budgets.values())
+        """The most trials the searches may run (Tune's num_samples, a bound: the searcher says
+        FINISHED when it is done): every fixed budget, and each saturating unit's cap. Priced trials
+        let cheap families run more trials than the num_samples x units at par, never past their caps."""
+        return sum(self._budgets[u] if u not in self._pools else self._pools[u].cap for u in self._budgets)
 
     def _budget(self, unit: Unit) -> int:
         """Trials the unit may propose so far: its fixed budget, or what its pool granted it."""

@@ -73,6 +73,11 @@ class Pool:
         self.__dict__.update(state)
         self.__dict__.setdefault("cost", {u: 1 for u in self.units})
 
+    @property
+    def cap(self) -> int:
+        """The most trials a unit may reach: its first rounds and every extension round."""
+        return self.base + self.max_rounds * self.round_size
+
     def budget(self, unit: Hashable) -> int:
         """Trials the unit may propose so far."""
         return self.base + self.granted[unit] * self.round_size
