@@ -34,6 +34,9 @@ RAY_PORT ?= 6388
 # machine gets ~/.ray/auth_token from `ray get-auth-token --generate` (kept when it exists).
 # `ray start --block` runs in the background and is stopped by its PID, which stops this head
 # only: `ray stop` would stop every Ray process of the machine's users, other clusters included.
+# Two runs on one machine: each head needs its own RAY_PORT, and its own dashboard, agent and Ray
+# Client ports, which pipeline/runtime/ray_head.py picks (the defaults when free); a RAY_PORT in
+# use is refused in one line that names both ways on (RAY_ADDRESS to share, another RAY_PORT).
 # A family whose every trial failed does not stop dvc repro (it is recorded as failed);
 # `ctsweep status` then lists it last and makes `make run` exit 1.
 run: install
@@ -41,7 +44,8 @@ run: install
 	@if [ -n "$$RAY_ADDRESS" ]; then dvc repro; else \
 	  export RAY_AUTH_MODE=token; \
 	  ray get-auth-token --generate >/dev/null || exit 1; \
-	  ray start --head --block --port=$(RAY_PORT) --dashboard-host=127.0.0.1 --disable-usage-stats \
+	  ports=$$($(BIN)/python -m pipeline.runtime.ray_head $(RAY_PORT)) || exit 2; \
+	  ray start --head --block --port=$(RAY_PORT) --dashboard-host=127.0.0.1 --disable-usage-stats $$ports \
 	    >/dev/null 2>&1 & head=$$!; \
 	  trap 'kill $$head 2>/dev/null; wait $$head 2>/dev/null' EXIT; \
 	  for i in $$(seq 120); do ray health-check --address=127.0.0.1:$(RAY_PORT) >/dev/null 2>&1 && break; \

@@ -376,14 +376,29 @@ def _parent(root: Path):
 
 
 @pytest.mark.slow
-def test_a_search_whose_every_trial_failed_never_replaces_a_good_result(tiny: Path, by_value, local_ray: None) -> None:
+def test_a_search_whose_every_trial_failed_never_replaces_a_good_result(tiny: Path, by_value, local_ray: None,
+                                                                        capfd: pytest.CaptureFixture[str],
+                                                                        caplog: pytest.LogCaptureFixture,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.sweep.failure_lines import SWITCH
     from pipeline.sweep.parents import ALL_FAILED_TAG
     from pipeline.sweep.search import SearchFailedError, search
 
+    monkeypatch.delenv(SWITCH, raising=False)  # the search sets Tune's switch itself (restored after the test)
     out = search_result_path(tiny, D, F)
     previous = out.read_bytes()
+    capfd.readouterr()
     with pytest.raises(SearchFailedError) as caught:
         search(tiny, D, F, P, trial_fn=failing_trial)
+    err = capfd.readouterr().err
+    # one line per failed trial, naming its traceback's file; Tune printed no traceback of its own
+    lines = [line for line in err.splitlines() if " failed: " in line and line.startswith("ctsweep: search: ")]
+    assert len(lines) == 2, err
+    for line in lines:
+        assert line.startswith(f"ctsweep: search: {F} trial ") and "TrialFailedError: non-finite training loss nan" in line
+        assert (tiny / line.rsplit("; traceback: ", 1)[1]).is_file()  # relative to the project
+    assert "Traceback (most recent call last)" not in err and "Trial task failed" not in err
+    assert not [r for r in caplog.records if "Trial task failed" in r.getMessage()]  # not even to the log
     message = str(caught.value)
     assert isinstance(caught.value, CtsweepError) and "\n" not in message  # the CLI's one line, exit status 2
     assert message == (f"{D}/{F}: all 2 trials of this search failed (non-finite training loss nan at epoch 1 "

@@ -139,6 +139,17 @@ def test_edge_of_a_log_and_a_linear_range() -> None:
     assert edge({}, {"lr": LR_LOG}) is None  # an inactive conditional key
 
 
+def test_a_seed_cut_by_the_time_limit_is_marked_with_its_epochs() -> None:
+    from pipeline.reporting.marks import SYMBOLS, TIME_LIMITED, cell_marks
+
+    record = _record(FLAT, "patience", max_epochs=104, time_limit_s=900.0)
+    assert not [m for m in cell_marks(record) if m.mark == TIME_LIMITED]
+    record["seeds"][3].update(stop="time_limit", epochs_trained=62)
+    [mark] = [m for m in cell_marks(record) if m.mark == TIME_LIMITED]
+    assert mark.detail == "1 of 5 seeds cut by final.time_limit_s (900 s): seed 3 at epoch 62 of 104"
+    assert SYMBOLS[TIME_LIMITED] == "τ"
+
+
 def test_mostly_failed_and_failed() -> None:
     assert mostly_failed(12, 7) == Mark(MOSTLY_FAILED, "7 of 12 trials failed")
     assert mostly_failed(12, 6) is None and mostly_failed(0, 0) is None

@@ -98,6 +98,23 @@ def test_a_version_that_is_no_number_is_one_line(tmp_path: Path, value: str) -> 
     assert _snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize("argv, line", [
+    (["compare", "--tolerance", "x", "a", "b"], "option --tolerance of ctsweep compare: Input should be a valid number, "
+     "unable to parse string as a number; allowed: a number of at least 0.0"),
+    (["optuna-dashboard", "--port", "abc"], "option --port of ctsweep optuna-dashboard: Input should be a valid integer, "
+     "unable to parse string as an integer; allowed: a whole number from 1 to 65535"),
+    (["optuna-dashboard", "--port", "0"], "option --port of ctsweep optuna-dashboard: Input should be greater than or "
+     "equal to 1; allowed: a whole number from 1 to 65535"),
+    (["postgres", "start", "--port", "x"], "option --port of ctsweep postgres start: Input should be a valid integer, "
+     "unable to parse string as an integer; allowed: a whole number")])
+def test_an_option_of_the_wrong_type_or_range_is_one_line(tmp_path: Path, argv: list[str], line: str) -> None:
+    """Any command's option Typer cannot take (pipeline.cli.usage): one line, not Typer's usage box."""
+    before = _snapshot(tmp_path)
+    result = CliRunner().invoke(app, argv)  # refused while parsing: before any command runs
+    assert (result.exit_code, result.stdout, result.stderr.splitlines()) == (2, "", [f"ctsweep: error: {line}"])
+    assert _snapshot(tmp_path) == before
+
+
 # --------------------------------------------------------------------------------- --out
 
 

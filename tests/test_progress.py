@@ -407,8 +407,12 @@ def test_a_seed_ray_started_again_counts_once_at_its_latest_attempt(tmp_path: Pa
     snap = snapshot(client, [exp], FINAL, since=started)
     assert snap is not None
     [unit] = snap.units
-    assert [(w.label, w.state, w.epochs) for w in unit.work] == [(0, RUNNING, 2), (1, RUNNING, 4)]
+    assert [(w.label, w.state, w.epochs, w.retried) for w in unit.work] == [(0, RUNNING, 2, True),
+                                                                           (1, RUNNING, 4, False)]
     assert len(unit.running) == 2
+    from pipeline.progress.render import unit_text
+
+    assert unit_text(unit, FINAL) == "xor/cfc 0/3 (seed 0 at epoch 2 (retried), seed 1 at epoch 4)"
     tracking.finish(client, abandoned)  # a finished earlier run is a result, not superseded: never dropped
     [unit] = snapshot(client, [exp], FINAL, since=started).units
     assert sorted((w.label, w.state) for w in unit.work) == [(0, DONE), (0, RUNNING), (1, RUNNING)]

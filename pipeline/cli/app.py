@@ -17,10 +17,11 @@ from pipeline.runtime.output import check_log_place, quiet_libraries
 from pipeline.stores.paths import processed_dir, project_root, raw_dir, raw_lock_path
 from pipeline.cli.postgres_commands import postgres_app
 from pipeline.cli.stage import ROOT, stage as _stage
+from pipeline.cli.usage import OneLineGroup
 
 app = typer.Typer(help="Hyperparameter search for continuous-time sequence models: "
                        "prepare -> search -> final -> report -> promote.", no_args_is_help=True,
-                  pretty_exceptions_enable=False)
+                  pretty_exceptions_enable=False, cls=OneLineGroup)
 
 def _names(**given: str) -> None:
     """Dataset and family arguments are names, never paths: checked before anything else runs."""

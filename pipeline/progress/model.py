@@ -22,7 +22,8 @@ class Work:
     training time (None before the first); `best`: its best validation score so far; `started`:
     when its run started, in seconds since the epoch (None: not known); `stale`: the epochs since
     its last progress, early stopping's count (pipeline.training.selection.PROGRESS_RULE; None:
-    not logged)."""
+    not logged); `retried`: a final seed Ray started again after its worker or node died (its
+    earlier run abandoned: pipeline.progress.read.superseded)."""
 
     label: int
     state: str
@@ -31,6 +32,12 @@ class Work:
     best: float | None = None
     started: float | None = None
     stale: int | None = None
+    retried: bool = False
+
+    @property
+    def tag(self) -> str:
+        """" (retried)" for a seed started again, else ""."""
+        return " (retried)" if self.retried else ""
 
     @property
     def ended(self) -> bool:

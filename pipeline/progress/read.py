@@ -18,7 +18,7 @@ import os
 import socket
 import time
 from collections import defaultdict
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, Iterable
 
 from pipeline.progress.model import DONE, FAILED, FINAL, RUNNING, SEARCH, STOPPED, Rungs, Snapshot, Unit, Work
@@ -123,15 +123,20 @@ def work_of(run: Any, stage: str, started: float) -> Work | None:
                 m.get("epoch_seconds"), best, run.info.start_time / 1000, stale)
 
 
+def seed_key(run: Any) -> tuple[str, ...]:
+    """What names a final seed whatever its attempt: its `seed`, `search_repeat` and `lr_factor` tags."""
+    return tuple(run.data.tags.get(t, "") for t in ("seed", REPEAT, "lr_factor"))
+
+
 def superseded(children: Iterable[Any]) -> set[str]:
     """Run ids of a final stage's seeds that Ray started again: when a seed's worker or node dies,
     its MLflow run stays RUNNING for good while Ray retries the task under a new run of the same
     seed (`seed`, `search_repeat` and `lr_factor` tags), so every run of a seed but its latest
     start is an abandoned attempt, not work in progress."""
-    latest: dict[tuple[str, str, str], Any] = {}
+    latest: dict[tuple[str, ...], Any] = {}
     runs = list(children)
     for run in runs:
-        key = tuple(run.data.tags.get(t, "") for t in ("seed", REPEAT, "lr_factor"))
+        key = seed_key(run)
         if key not in latest or run.info.start_time > latest[key].info.start_time:
             latest[key] = run
     kept = {run.info.run_id for run in latest.values()}
@@ -142,10 +147,13 @@ def unit_of(parent: Any, children: Iterable[Any], stage: str) -> Unit:
     tags = parent.data.tags
     started = float(tags[STARTED])
     children = list(children)
+    again: set[tuple[str, ...]] = set()
     if stage == FINAL:
         gone = superseded(children)
+        again = {seed_key(r) for r in children if r.info.run_id in gone}  # shown once, as retried
         children = [r for r in children if r.info.run_id not in gone]
-    work = [w for w in (work_of(r, stage, started) for r in children) if w is not None]
+    work = [replace(w, retried=stage == FINAL and seed_key(r) in again)
+            for r in children if (w := work_of(r, stage, started)) is not None]
     work += [Work(-1, DONE)] * int(tags.get(KEPT, "0"))  # seeds an earlier attempt finished (kept, not run again)
     work.sort(key=lambda w: w.label)
     prior = tags.get(PRIOR)

@@ -75,7 +75,8 @@ def _state_parts(unit: Unit, stage: str) -> list[str]:
     if stage == SEARCH:
         parts = [f"{len(unit.running)} running"] if unit.running else []
     else:
-        parts = [f"seed {w.label} at epoch {w.epochs}" if w.epochs else f"seed {w.label} starting" for w in unit.running]
+        parts = [(f"seed {w.label} at epoch {w.epochs}" if w.epochs else f"seed {w.label} starting") + w.tag
+                 for w in unit.running]
     parts += [f"{n} {what}" for what in (STOPPED, FAILED) if (n := unit.count(what)) and (stage == SEARCH or what == FAILED)]
     return parts
 
@@ -116,7 +117,7 @@ def table(snapshot: Snapshot) -> Table:
         out.add_column("best val", justify="right", no_wrap=True)
     for u in snapshot.units:
         running = (str(len(u.running)) if search else
-                   ", ".join(f"seed {w.label}: epoch {w.epochs}" if w.epochs else f"seed {w.label}: starting"
+                   ", ".join((f"seed {w.label}: epoch {w.epochs}" if w.epochs else f"seed {w.label}: starting") + w.tag
                              for w in u.running)) or ""
         row = [u.name, f"{min(u.ended, u.total)}/{u.total}", running]
         if search:

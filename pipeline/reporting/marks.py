@@ -37,6 +37,10 @@
     search_not_saturated  the search's expected best validation score over its trials still rose
                    by more than SATURATION_SHARE between half its trials and all of them
                    (pipeline.reporting.show_your_work, which sets it from the search record).
+    time_limited   a final seed's training was cut by `final.time_limit_s` (its `stop` is
+                   "time_limit"): the wall-clock guard fired, so the seed trained fewer epochs than
+                   the budget gave it, and how many depended on the machine's load. Its detail
+                   names the seeds and the epochs each trained of the budget.
     no_better_than_trivial  the cell's test scores are not shown better than the trivial baseline
                    under its table (a one-sided t-test at p < TRIVIAL_ALPHA: pipeline.reporting.trivial,
                    which sets it; it needs the processed data, which these records do not hold).
@@ -59,6 +63,7 @@ NOT_CONVERGED, EDGE, MOSTLY_FAILED, FAILED = "not_converged", "edge", "mostly_fa
 NOT_CAUSAL = "not_causal"
 NOT_SATURATED = "search_not_saturated"
 NO_BETTER_THAN_TRIVIAL = "no_better_than_trivial"
+TIME_LIMITED = "time_limited"
 LATER_STEPS = "reads later steps: not comparable on next-step prediction"  # the not_causal detail's start
 BUDGET_STOPS = ("max_epochs", "time_limit")  # a seed stopped by `patience` has converged by definition
 LEGACY_STOP = "max_epochs"  # records written before seeds carried `stop` trained every epoch
@@ -81,7 +86,7 @@ SATURATION_SHARE = 0.01
 
 # a failed cell prints "failed" instead
 SYMBOLS = {NOT_CONVERGED: "†", EDGE: "‡", MOSTLY_FAILED: "§", NOT_CAUSAL: "¶", NOT_SATURATED: "↑",
-           NO_BETTER_THAN_TRIVIAL: "∅"}
+           NO_BETTER_THAN_TRIVIAL: "∅", TIME_LIMITED: "τ"}
 RULES = {
     NOT_CONVERGED: (f"not converged: more than half of the final seeds trained fewer than {MIN_STEPS} optimiser "
                     f"steps, or stopped while their training or validation loss was still falling (their last "
@@ -101,6 +106,9 @@ RULES = {
     NOT_SATURATED: (f"search not saturated: the expected best validation score of the search (Dodge et al. 2019, "
                     f"over its completed trials) rose by more than {SATURATION_SHARE:.0%} of its value from half "
                     f"the trials to all of them, so more trials would likely have found a better configuration"),
+    TIME_LIMITED: ("cut by the time limit: final.time_limit_s stopped one or more final seeds before their epoch "
+                   "budget, so how far they trained depended on the machine's load (the seeds and their epochs "
+                   "are named)"),
     NO_BETTER_THAN_TRIVIAL: ("no better than trivial: a one-sided one-sample t-test of the test scores (per seed; per "
                              "search repeat where there are repeats) does not find them better than the trivial "
                              f"baseline's test score under the table at p < {TRIVIAL_ALPHA:g} (a single score cannot "
@@ -260,6 +268,20 @@ def not_causal(final: dict[str, Any]) -> Mark | None:
     return Mark(NOT_CAUSAL, f"{LATER_STEPS} ({reason})") if reason else None
 
 
+def time_limited(final: dict[str, Any]) -> Mark | None:
+    """The time_limited mark of a final record one of whose seeds `final.time_limit_s` cut, else None."""
+    seeds = final.get("seeds", [])
+    cut = [s for s in seeds if s.get("stop") == "time_limit"]
+    if not cut:
+        return None
+    budget = final.get("max_epochs") or final.get("epochs")
+    each = ", ".join(f"seed {s.get('seed')} at epoch {s.get('epochs_trained', len(s.get('curve') or []))}"
+                     + (f" of {budget}" if budget else "") for s in cut)
+    limit = final.get("time_limit_s")
+    return Mark(TIME_LIMITED, f"{len(cut)} of {len(seeds)} seeds cut by final.time_limit_s"
+                              f"{f' ({limit:g} s)' if isinstance(limit, (int, float)) else ''}: {each}")
+
+
 def cell_marks(final: dict[str, Any], search: dict[str, Any] | None = None) -> list[Mark]:
     """Every mark of one cell, in RULES order. `search`: the search record, whose `space` is used
     when the final record has none (older final records)."""
@@ -267,5 +289,6 @@ def cell_marks(final: dict[str, Any], search: dict[str, Any] | None = None) -> l
         return [Mark(FAILED, failed_detail(final))]
     space = final.get("space") or (search or {}).get("space") or {}
     found = [not_converged(final), edge(final.get("config", {}), space) if compared(final) else None,
-             mostly_failed(final.get("n_trials", 0), final.get("n_failed", 0)), not_causal(final)]
+             mostly_failed(final.get("n_trials", 0), final.get("n_failed", 0)), not_causal(final),
+             time_limited(final)]
     return [m for m in found if m is not None]

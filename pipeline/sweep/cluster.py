@@ -12,6 +12,7 @@ import ray
 
 from pipeline.runtime import allocator
 from pipeline.runtime import interrupts
+from pipeline.runtime.cluster_watch import ClusterWatch
 from pipeline.models import user as user_families
 from pipeline.config import Resources
 from pipeline.errors import ConfigError, ResourceError
@@ -84,7 +85,12 @@ def ray_session(dashboard: bool = False) -> Iterator[None]:
             ray.init(address=address or "local", log_to_driver=bool(os.environ.get("CTSWEEP_RAY_LOGS")),
                      configure_logging=False, **options)
             interrupts.reclaim()  # Ray's own SIGTERM handler would abort the driver without clean-up
-        yield
+        watch = ClusterWatch(ray.get_runtime_context().gcs_address, from_env=bool(address))
+        watch.start()  # a head that goes away ends the stage in one line (pipeline/runtime/cluster_watch.py)
+        try:
+            yield
+        finally:
+            watch.stop()
     finally:
         with interrupts.deferred():
             ray.shutdown()

@@ -65,6 +65,7 @@ from pipeline.sweep.cluster import (check_fits, check_shared_storage, is_uri, lo
                                     ray_session)
 from pipeline.sweep.early_records import EarlyRecords
 from pipeline.sweep.epoch_time import check_time_limit
+from pipeline.sweep.failure_lines import FailureLines, quiet_tracebacks
 from pipeline.sweep.families import family_of
 from pipeline.sweep.parents import close_parent, log_outcome, open_parents
 from pipeline.sweep.progress_tags import ProgressTags
@@ -342,13 +343,15 @@ def _run(root: Path, group: list[_Part], p: SearchParams, mode: str, path: str, 
         else:
             storage, name = path.rsplit("/", 1)
             ended = ProgressTags(group[0].client.tracking_uri, p.epochs)  # progress read from MLflow
-            tuner = new_tuner(plans, contexts, data, p, mode, storage, name, trial_fn, [ended, *([early] if early else [])])
+            tuner = new_tuner(plans, contexts, data, p, mode, storage, name, trial_fn,
+                              [ended, FailureLines(root), *([early] if early else [])])
             if p.saturation.enabled:  # the live totals follow each family's grants and stop
                 _follow_planned(searcher_of(tuner), ended, {key: plan.parent for key, (_, plan) in jobs.items()},
                                 p.round_size)
         ran += [searcher_of(tuner), scheduler_of(tuner)]
         if early:
             early.bind(ran[0])
+        quiet_tracebacks()  # a failed trial: one line (FailureLines), its traceback in its error.txt
         try:
             grid = tuner.fit()
         finally:
