@@ -104,6 +104,20 @@ def test_local_mirror_directory_and_env_variable(http_server, tmp_path: Path, mo
         fetch([RawFile("https://example.org/g.zip", "g.zip")], tmp_path / "raw", tmp_path / "raw.lock")
 
 
+def test_a_mirror_lacking_several_files_names_them_and_what_it_holds_in_one_line(tmp_path: Path) -> None:
+    # e.g. a PhysioNet 2012 copy with set-a only, for a profile that lists sets a, b and c:
+    # every file is tried, then one line says which are absent and which were found
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / "a.zip").write_bytes(_zip_bytes())
+    files = [RawFile(f"https://example.org/{n}.zip", f"{n}.zip") for n in ("a", "b", "c")]
+    with pytest.raises(DownloadError) as caught:
+        fetch(files, tmp_path / "raw", tmp_path / "raw.lock", source=str(mirror))
+    message = str(caught.value)
+    assert "\n" not in message and "2 of the 3 files" in message and "b.zip, c.zip; found: a.zip" in message
+    assert (tmp_path / "raw" / "a.zip").exists()
+
+
 def test_published_checksum_list_is_checked(http_server, tmp_path: Path) -> None:
     data = _zip_bytes()
     (http_server.root / "h.zip").write_bytes(data)

@@ -537,3 +537,25 @@ def test_fused_eq2_gradient_is_the_analytic_one(coupling: str) -> None:
         return FactoredEq2.apply(*args[:4], args[4] if sender is not None else None, pad, scale)
 
     assert torch.autograd.gradcheck(eq2, tuple(inputs))
+
+
+def test_per_row_weights_are_built_once_per_distinct_time() -> None:
+    # W'(t) is a function of t alone (Eqs. 1-2): rows at the same time (a padded row holds its
+    # last time; rows share observation times) get the weights of that time, built once, equal
+    # bit for bit to those built per row; gradients flow back to the shared parameters alike.
+    from pipeline.models.temporal_weights.stages import at_distinct_times
+
+    torch.manual_seed(0)
+    layer = TemporalWeights(3, 4, scope="full", clock_units=4)
+    _randomise(layer)
+    clock = torch.tensor([[0.5, 0.5, 1.0], [2.0, 0.5, 2.0]])  # (N=2, B=3): 3 distinct times of 6
+    built: list[int] = []
+    layer.register_forward_hook(lambda _m, _i, out: built.append(out.shape[0]))
+    shared = at_distinct_times(layer, clock)
+    assert built == [3] and shared.shape == (2, 3, 3, 4)
+    per_row = layer(clock)
+    assert torch.equal(shared, per_row)
+    weights = torch.randn(2, 3, 3, 4)
+    grads = [torch.autograd.grad((w * weights).sum(), layer.weight)[0] for w in (shared, per_row)]
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-6)
+    assert torch.equal(at_distinct_times(layer, torch.tensor([0.0, 1.0])), layer(torch.tensor([0.0, 1.0])))

@@ -329,7 +329,9 @@ def _transfer(file: RawFile, raw_dir: Path, lock_path: Path, origin: str, check:
     """Fetch `file` from `origin` into raw_dir, check it, record it and move it into place."""
     dest, part = raw_dir / file.filename, raw_dir / f".{file.filename}.part"
     error: Exception | None = None
+    attempts = 0
     for attempt in range(retries):
+        attempts = attempt + 1
         try:
             if origin.startswith(("http://", "https://")):
                 _download(origin, part, timeout)
@@ -350,7 +352,7 @@ def _transfer(file: RawFile, raw_dir: Path, lock_path: Path, origin: str, check:
                 break
             time.sleep(min(2.0**attempt, 30.0) * 0.1)
     part.unlink(missing_ok=True)
-    raise DownloadError(f"{file.filename} from {origin}: failed after {retries} attempt(s): {error}") from error
+    raise DownloadError(f"{file.filename} from {origin}: failed after {attempts} attempt(s): {error}") from error
 
 
 def _recheck(file: RawFile, dest: Path, digest: str, entry: dict, lock_path: Path, source: str | None,
@@ -397,4 +399,17 @@ def fetch(files: Sequence[RawFile], raw_dir: Path, lock_path: Path, source: str 
     allow_unverified = allow_unverified or allowed_by_env()
     read_lock(lock_path)  # a damaged lock file is reported now, not after the downloads
     raw_dir.mkdir(parents=True, exist_ok=True)
-    return {f.filename: _fetch_one(f, raw_dir, lock_path, source, allow_unverified, retries, timeout) for f in files}
+    paths: dict[str, Path] = {}
+    absent: dict[str, str] = {}
+    for f in files:
+        try:
+            paths[f.filename] = _fetch_one(f, raw_dir, lock_path, source, allow_unverified, retries, timeout)
+        except DownloadError as exc:
+            if not isinstance(exc.__cause__, _NotFound):
+                raise
+            absent[f.filename] = str(exc.__cause__)  # the others are still fetched: one line names them all
+    if absent:  # e.g. a copy of PhysioNet 2012 with set-a only, for a profile listing sets a, b and c
+        raise DownloadError(f"{len(absent)} of the {len(files)} files the dataset's params list are absent: "
+                            f"{', '.join(absent)}; found: {', '.join(paths) or 'none'} "
+                            f"({next(iter(absent.values()))})")
+    return paths

@@ -76,6 +76,28 @@ def time_major(clock: torch.Tensor) -> torch.Tensor:
     return clock.movedim(0, -1)
 
 
+def at_distinct_times(build: Callable[[torch.Tensor], torch.Tensor], clock: torch.Tensor) -> torch.Tensor:
+    """W'(t) = build(t) at every time of a per-row clock (N, B) -> (N, B, rows, cols), Eq. 2
+    evaluated once per distinct time: W'(t) is a function of t alone (Eqs. 1-2), so rows at the
+    same time share it. A shared clock (N,) is built as it is.
+
+    Why: per row, a batch's times repeat. A padded row holds its last time (dt = 0) to the
+    batch's longest row, and rows share observation times (PhysioNet's minute grid, the 00:00
+    descriptors): on physionet2012 a batch of 50 evaluates 10,150 (row, time) pairs per ODE
+    network, of 2,136 distinct times (docs/benchmarks/temporal-weights.md). Eq. 2 and its
+    backward pass over (times, rows, cols) then run on the distinct times; each row's weights
+    are one index_select of them (its backward one index_add). The values are those built per
+    row (the same t gives the same W'(t), bit for bit).
+    """
+    if clock.ndim < 2:
+        return build(clock)
+    times, where = torch.unique(clock, return_inverse=True)  # (U,), (N, B)
+    if times.numel() == clock.numel():
+        return build(clock)
+    built = build(times)  # (U, rows, cols)
+    return built.index_select(0, where.flatten()).view(*clock.shape, *built.shape[1:])
+
+
 class IntervalField(nn.Module):
     """dy/ds = scale * net(y, clock_start + s * clock_rate) on s in [0, 1]: an interval of
     length `scale` (B,) (signed: negative runs backwards in time) whose temporal-weight network
@@ -149,7 +171,7 @@ class IntervalStages:
         clock = self._clock(first, min(first + self.size, self.clock_start.shape[-1]))
         # one unbind of all the chunk's times, not indexing: its backward is one stack for all
         # the views, where each index would scatter into a zero tensor of the full size
-        self.chunks[chunk] = [layer.weights(clock).unbind(0) for layer in self.net.layers]
+        self.chunks[chunk] = [at_distinct_times(layer.weights, clock).unbind(0) for layer in self.net.layers]
 
     def at(self, interval: int) -> list[tuple[torch.Tensor, ...]]:
         """Each layer's P weights of `interval`, (rows, cols) or (B, rows, cols) each."""
