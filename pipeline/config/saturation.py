@@ -1,5 +1,5 @@
 """params.yaml `search.saturation`: a family's search goes on in rounds while its expected best
-validation score still rises, within one budget of trials for each dataset's searches.
+validation score still rises, within one budget of priced trials for each dataset's searches.
 
 pipeline/sweep/saturation.py decides; checked with the rest of `search` before Ray starts
 (SearchParams' validator: the trial counts against `num_samples` and `round_size`).
@@ -15,9 +15,10 @@ MAX_SATURATION_TRIALS = 100_000  # as search.num_samples
 
 
 class SaturationParams(_Strict):
-    enabled: bool = Field(False, description="true: `num_samples` is each family's share of a budget of "
-                          "num_samples x families trials per dataset (and repeat); a family stops when its curve "
-                          "flattens and its unused share goes to families still rising, up to `max_trials` each")
+    enabled: bool = Field(False, description="true: `num_samples` is each family's share of one budget per "
+                          "dataset (and repeat): num_samples trials of each family, each priced at its family's cost "
+                          "(pipeline/sweep/trial_costs.json); a family stops when its curve flattens and its unused "
+                          "share goes to families still rising, at their price, up to `max_trials` each")
     min_trials: int = Field(4, ge=1, le=MAX_SATURATION_TRIALS, description="trials every family runs before its "
                             "curve is read (a multiple of `round_size`, at most `num_samples`)")
     max_trials: int = Field(16, ge=1, le=MAX_SATURATION_TRIALS, description="trials a family may reach at most (a "
