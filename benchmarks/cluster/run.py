@@ -107,7 +107,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="search.checkpoint_every_s for the ctsweep path (0: a checkpoint every epoch)")
     args = ap.parse_args(argv)
     args.params = load_params(args.params)
-    args.search = args.params.search
+    # A fixed workload: the plain loop replays the search's trials, so how many there are must not
+    # depend on their scores (search.saturation's grants do); every family runs num_samples trials.
+    args.search = args.params.search.model_copy(
+        update={"saturation": args.params.search.saturation.model_copy(update={"enabled": False})})
     if args.min_steps is not None:
         if not 1 <= args.min_steps <= 10**6:
             raise ConfigError(f"--min-steps {args.min_steps}: allowed 1 to 1000000")
