@@ -238,6 +238,14 @@ def test_mlflow_has_every_trial_and_seed(repro: tuple[Path, str]) -> None:
     assert all(r.info.status == "FINISHED" and "final_test" in r.data.metrics for r in seeds)
     assert len(_runs(client, "search", child=False)) == len(FAMILIES)
     assert len(_runs(client, "final", child=False)) == len(FAMILIES)
+    # start-up tags (pipeline/runtime/startup.py): every trial and seed its set-up; the first of each
+    # Ray worker process also the process's start-up, and reused processes ran the rest
+    for runs in (trials, seeds):
+        assert runs and all(float(r.data.tags["startup_setup_s"]) >= 0 for r in runs)
+        firsts = [r for r in runs if r.data.tags["startup_trial_in_process"] == "1"]
+        assert firsts and all(float(r.data.tags["startup_imports_s"]) > 0 and float(r.data.tags["startup_worker_s"]) >= 0
+                              for r in firsts)
+        assert all("startup_imports_s" not in r.data.tags for r in runs if r not in firsts)
 
 
 def test_mlflow_filters_find_runs_by_dataset_family_stage_seed(repro: tuple[Path, str]) -> None:

@@ -161,3 +161,34 @@ def test_the_startup_benchmark_runs_every_case(tmp_path: Path) -> None:
     assert [r["case"] for r in report["rows"]] == [c[0] for c in startup.CASES]
     assert json.loads((tmp_path / "startup.json").read_text())["rows"] == report["rows"]
     assert (tmp_path / "startup.md").read_text().count("\n| ") == len(startup.CASES) + 1  # header and rows
+
+
+@pytest.mark.parametrize("module", ["pipeline.sweep.trial", "pipeline.final.seeds"])
+def test_a_trial_or_seed_process_imports_no_optuna_pandas_scipy_of_ours(module: str) -> None:
+    """What a Ray worker imports to run a trial or a seed: torch, Ray Tune and MLflow it needs
+    (MLflow's own package imports pandas); Optuna is the searcher's, on the driver only."""
+    found = _loaded(f"import {module}\nout = None")
+    assert "optuna" not in found["heavy"], f"`import {module}` imports Optuna"
+
+
+def test_startup_tags_give_the_process_figures_to_its_first_trial_only() -> None:
+    """pipeline/runtime/startup.py in a fresh interpreter: the imports stamped, two trials tagged."""
+    code = (
+        "import time\n"
+        "t0 = time.time()\n"
+        "import pipeline.sweep.trial\n"
+        "from pipeline.runtime import startup\n"
+        "first = startup.tags(time.time() - 0.5, time.time())\n"
+        "second = startup.tags(time.time() - 0.25, time.time())\n"
+        "out = {'first': first, 'second': second, 'before_import': time.time() - t0}"
+    )
+    found = _loaded(code)["out"]
+    first, second = found["first"], found["second"]
+    assert first["startup_trial_in_process"] == 1 and second["startup_trial_in_process"] == 2
+    assert set(second) == {"startup_trial_in_process", "startup_setup_s"}
+    assert {"startup_worker_s", "startup_imports_s", "startup_to_trial_s"} <= set(first)
+    assert 0.45 <= first["startup_setup_s"] <= 0.6 and 0.2 <= second["startup_setup_s"] <= 0.35
+    # the imports stamped are the trial module's (torch, MLflow, Ray Tune): more than nothing, less
+    # than the interpreter's whole life so far; the process started before them
+    assert 0 < first["startup_imports_s"] <= found["before_import"]
+    assert first["startup_worker_s"] >= 0

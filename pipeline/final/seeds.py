@@ -3,8 +3,15 @@ over the cluster at once (pipeline.final.stage runs them)."""
 
 from __future__ import annotations
 
+# First: a Ray worker imports this module to run a trial or a seed, and its imports (torch, MLflow,
+# Ray Tune) start here; the start-up tags count from this stamp (standard library only).
+from pipeline.runtime import startup
+
+startup.mark_imports_started()
+
 import json
 import statistics
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +32,8 @@ from pipeline.stores.schema import DATA_PROVENANCE
 from pipeline.sweep.context import local_dataset
 from pipeline.training.loop import Trainer, TrainSettings, device_for
 from pipeline.training.stopping import train_to_budget, with_patience
+
+startup.mark_imports_done()
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,7 @@ class SeedJob:
 def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
     """Train one seed of `data` (shipped through Ray's object store, so a worker node needs no
     copy of the project); returns its metrics, learning curve and best-validation weights."""
+    entered = time.time()
     torch.set_num_threads(max(1, int(job.cpus)))
     client = tracking.MlflowClient(job.tracking_uri)
     threads = max(1, int(job.cpus))
@@ -88,9 +98,10 @@ def train_seed(job: SeedJob, data: Dataset) -> dict[str, Any]:
         trainer = Trainer(job.family, model_cfg, TrainSettings(**with_patience(train_cfg, job.patience)), dataset,
                           job.seed, device_for(job.gpus), job.epochs, job.min_steps)
         freeze_survivors()
+        started = startup.tags(entered, time.time())  # tagged with the stop, in one write
         run = train_to_budget(trainer, job.epochs, job.time_limit_s, dataset.meta.mode,
                               lambda m: tracking.log_metrics(client, run_id, m, step=trainer.epoch))
-        tracking.set_tags(client, run_id, {final_resume.STOP_TAG: run.stop, **({"patience_stopped": "true"}
+        tracking.set_tags(client, run_id, {**started, final_resume.STOP_TAG: run.stop, **({"patience_stopped": "true"}
                                                                               if run.stop == "patience" else {})})
         trainer.model.load_state_dict(run.best_state)  # copies onto the model's device
         val, val_loss, val_counts = trainer.evaluation("val")

@@ -19,6 +19,8 @@
                   with Tune's outcome, the family's record (best configuration or reasons) and
                   its Optuna study persisted
     trial         one Tune trial: train, log to MLflow and report every epoch, checkpoint on a clock
+    trial_keys    the bookkeeping keys of a trial's config (family, repeat, Optuna trial number)
+                  and their readers, standard library only: no Optuna in a trial process
     context       what a trial process needs (TrialContext, the dataset as its node sees it),
                   shared by trial and distributed so that neither imports the other's module
     scheduling    Optuna's TPE searcher (ASHA-stopped trials told as PRUNED, failed ones as

@@ -46,42 +46,18 @@ from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import Searcher
 
 from pipeline.sweep.saturation import Pool, rising
-from pipeline.sweep.scheduling import NUMBER_TAG, REPEAT_TAG, BudgetAwareOptunaSearch, ResumableASHA
-
-FAMILY_KEY = "family"  # the config key naming a trial's family; never a model or training argument
-# The config key holding the trial's number in its unit's Optuna study (what optuna-dashboard
-# shows as "Trial 3"): the trial's MLflow run name starts with it. Never a model or training argument.
-TRIAL_NUMBER_KEY = NUMBER_TAG
-REPEAT_KEY = REPEAT_TAG  # the config key holding the trial's search repeat (0 when repeats is 1)
-_BOOKKEEPING = (FAMILY_KEY, TRIAL_NUMBER_KEY, REPEAT_KEY)
+from pipeline.sweep.scheduling import BudgetAwareOptunaSearch, ResumableASHA
+# The config's bookkeeping keys and their readers live in trial_keys (standard library only, for
+# the trial process); re-exported here, where the searcher that writes them is.
+from pipeline.sweep.trial_keys import (FAMILY_KEY, REPEAT_KEY, TRIAL_NUMBER_KEY, family_of,  # noqa: F401
+                                       repeat_of, trial_number_of, without_family)
 
 Unit = tuple[str, int]  # (family, repeat): one search
-
-
-def family_of(config: Mapping[str, Any]) -> str:
-    """The family a trial belongs to (its config as Tune holds it)."""
-    return str(config[FAMILY_KEY])
-
-
-def repeat_of(config: Mapping[str, Any]) -> int:
-    """The search repeat a trial belongs to (0 for a trial of an experiment started before repeats)."""
-    return int(config.get(REPEAT_KEY, 0))
 
 
 def unit_of(config: Mapping[str, Any]) -> Unit:
     """The search (family, repeat) a trial belongs to."""
     return family_of(config), repeat_of(config)
-
-
-def trial_number_of(config: Mapping[str, Any]) -> int | None:
-    """The trial's Optuna trial number, or None (a trial of an experiment started before it was kept)."""
-    number = config.get(TRIAL_NUMBER_KEY)
-    return None if number is None else int(number)
-
-
-def without_family(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The trial's own configuration: what the family's search space proposed."""
-    return {k: v for k, v in config.items() if k not in _BOOKKEEPING}
 
 
 def _unit(key: Union[str, Unit]) -> Unit:

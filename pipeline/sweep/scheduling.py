@@ -38,10 +38,9 @@ from ray.tune.search.optuna import OptunaSearch
 
 from pipeline.stores import tracking
 from pipeline.sweep import run_lookup
+from pipeline.sweep.trial_keys import NUMBER_TAG, REPEAT_TAG
 
 EPOCH = "epoch"  # the time attribute: our own epoch counter survives restarts from a checkpoint
-NUMBER_TAG = "optuna_trial_number"  # a trial run's tag: its number in its study (pipeline.sweep.trial)
-REPEAT_TAG = "search_repeat"  # a trial run's tag: which repeat of the family's search it belongs to
 
 
 class BudgetAwareOptunaSearch(OptunaSearch):

@@ -18,6 +18,12 @@ a trial of repeat r > 0 of the search (`search.repeats`) is `trial-<n>/repeat-<r
 
 from __future__ import annotations
 
+# First: a Ray worker imports this module to run a trial or a seed, and its imports (torch, MLflow,
+# Ray Tune) start here; the start-up tags count from this stamp (standard library only).
+from pipeline.runtime import startup
+
+startup.mark_imports_started()
+
 import dataclasses
 import os
 import socket
@@ -39,11 +45,12 @@ from pipeline.runtime.collector import freeze_survivors
 from pipeline.stores.schema import DATA_PROVENANCE
 from pipeline.spaces import split_config
 from pipeline.sweep.context import STATE_FILE, TrialContext, local_dataset
-from pipeline.sweep.families import REPEAT_KEY, TRIAL_NUMBER_KEY, family_of, repeat_of, trial_number_of, without_family
+from pipeline.sweep.trial_keys import REPEAT_KEY, TRIAL_NUMBER_KEY, family_of, repeat_of, trial_number_of, without_family
 from pipeline.sweep.run_lookup import find_child_run
 from pipeline.training.loop import TimeLimitReached, Trainer, TrainSettings, device_for
 
 FINAL_FAILURE_TAG = "final_failure"
+startup.mark_imports_done()
 
 
 def trial_run_name(ctx: TrialContext, trial_id: str) -> str:
@@ -110,6 +117,7 @@ def _fail(client: tracking.MlflowClient, run_id: str, error: BaseException) -> N
 
 def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
     """The Ray Tune trainable: train, report and log each epoch until max epochs or ASHA stops it."""
+    entered = time.time()
     torch.set_num_threads(max(1, int(ctx.cpus)))  # concurrent trials must not fight over cores
     client = tracking.MlflowClient(ctx.tracking_uri)
     run_id = trial_run(client, ctx, tune.get_context().get_trial_id(), config)
@@ -137,6 +145,7 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
                           device_for(ctx.gpus), ctx.epochs, ctx.min_steps)
         _restore(trainer, client, run_id)
         freeze_survivors()
+        tracking.set_tags(client, run_id, startup.tags(entered, time.time()))
         tracking.log_params(client, run_id, {"num_params": trainer.model.num_parameters()})
         deadline = time.monotonic() + ctx.time_limit_s if ctx.time_limit_s else None
         saved = time.monotonic()  # the last checkpoint (or the start): `search.checkpoint_every_s` counts from it
