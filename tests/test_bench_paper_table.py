@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.papers import paper_table
-from benchmarks.papers.paper_table import BETTER, NOT_RUN, REPRODUCED, WORSE, verdict
+from benchmarks.papers.paper_table import BETTER, NOT_RUN, REPRODUCED, WORSE, best_run_verdict, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,3 +97,30 @@ def test_a_row_run_again_elsewhere_is_read_from_that_project_and_named(tmp_path:
     assert f"training 500, 500, 500 s per seed; run in {again.resolve()}" in (tmp_path / "out" / "paper_table.md").read_text()
     with pytest.raises(SystemExit, match=r"--row-from: \['cfc'\] have no figure of 'anumasa_cdrnde'"):
         paper_table.main([*args, "--row-from", f"cfc={again}"])
+
+
+def test_a_best_run_figure_is_judged_against_our_best_seed_too() -> None:
+    scores = [0.80, 0.82, 0.84]  # mean 0.82, half-width 0.0497: interval 0.770 to 0.870
+    assert best_run_verdict(scores, 0.86, "max")[0] == WORSE       # above even our best seed
+    assert best_run_verdict(scores, 0.83, "max")[0] == REPRODUCED  # between our mean's interval and best seed
+    assert best_run_verdict(scores, 0.76, "max")[0] == BETTER      # our whole interval above it
+    assert verdict(scores, 0.86, "max")[0] == REPRODUCED           # the mean's rule alone would call it so
+    assert best_run_verdict(scores, 0.79, "min")[0] == WORSE       # lower is better: our best 0.80 > 0.79
+    assert best_run_verdict([0.8], 0.8, "max") == (NOT_RUN, None)
+
+
+def test_the_temporal_weights_rows_compare_our_best_seed_with_the_paper_s_best_run(tmp_path: Path) -> None:
+    shutil.copy(ROOT / "references.yaml", tmp_path / "references.yaml")
+    folder = tmp_path / "results" / "physionet2012" / "final"
+    folder.mkdir(parents=True)
+    for family, tests in (("latent_ode", [0.80, 0.82, 0.84]), ("latent_ode_tw", [0.84, 0.86, 0.87])):
+        seeds = [{"seed": i, "test": t, "seconds_per_epoch": 20.0, "epochs_trained": 31} for i, t in enumerate(tests)]
+        (folder / f"{family}.json").write_text(json.dumps({"family": family, "mode": "max", "metric": "auroc",
+                                                           "epochs": 31, "seeds": seeds, "model_config": {}}))
+    report = paper_table.table(tmp_path, "kohan2022", "physionet2012", {"gru_d": "not in this test"})
+    rows = {r["family"]: r for r in report["rows"]}
+    assert rows["latent_ode"]["verdict"] == WORSE and rows["latent_ode"]["best"] == 0.84      # paper 0.857
+    assert rows["latent_ode_tw"]["verdict"] == REPRODUCED and rows["latent_ode_tw"]["best"] == 0.87  # 0.861
+    assert rows["gru_d"]["verdict"] == NOT_RUN and rows["gru_d"]["reason"] == "not in this test"
+    text = paper_table.render(report)
+    assert "(n = 3; best seed 0.8700)" in text and "best run" in text
