@@ -306,6 +306,24 @@ def test_per_sequence_latent_ode_tw_decodes_with_temporal_weights(clock: str) ->
         assert not torch.allclose(model(**inputs), model.classifier(z0))  # not the z0 readout
 
 
+@pytest.mark.parametrize("name, clock", [("latent_ode", None), ("latent_ode_tw", "time"), ("latent_ode_tw", "index")])
+def test_time_scale_is_the_same_model_on_scaled_times(name: str, clock: str | None) -> None:
+    # time_scale c multiplies the observation times before both ODEs and the temporal weights'
+    # clock read them: the model on dt is the unscaled model, same weights, on c * dt (the
+    # reference's time on [0, 1], latent_ode.py's docstring). c = 1 changes nothing.
+    extra = {} if clock is None else {"tw_clock": clock}
+    scaled = _latent(name, per_step=False, time_scale=1 / 48, **extra).eval()
+    plain = _latent(name, per_step=False, **extra).eval()
+    plain.load_state_dict(scaled.state_dict())
+    inputs = scaled.prepare_inputs(*make_split([4, 2, 3], length=4))
+    with torch.no_grad():
+        got = scaled(**inputs)
+        torch.testing.assert_close(got, plain(**{**inputs, "dt": inputs["dt"] * (1 / 48)}), rtol=0, atol=0)
+        assert not torch.allclose(got, plain(**inputs))  # the scale reaches the output
+    with pytest.raises(ValueError, match="time_scale"):
+        _latent(name, per_step=False, time_scale=0.0)
+
+
 def test_latent_ode_z0_readout_builds_no_decoder_and_reads_z0() -> None:
     for name in ("latent_ode", "latent_ode_tw"):
         model = _latent(name, per_step=False, sequence_readout="z0").eval()
