@@ -4,6 +4,7 @@ and put back where the final stage finds them again."""
 from __future__ import annotations
 
 import json
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def test_save_lists_only_finished_seeds_and_restore_puts_the_store_back(tmp_path
 
     for name in ("mlflow.db", "results"):  # a fresh copy of the code in the same folder
         path = root / name
-        (path.unlink() if path.is_file() else __import__("shutil").rmtree(path))
+        path.unlink() if path.is_file() else shutil.rmtree(path)
     run_state.restore(tmp_path / "kept" / "run-state.tar.gz", root)
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
     exp = client.get_experiment_by_name("ctsweep/physionet2012")

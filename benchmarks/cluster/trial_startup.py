@@ -22,6 +22,7 @@ the machine's load: compare runs made one after the other.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -30,6 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.commands.startup import machine_facts
 from benchmarks.outputs import save_report
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +87,8 @@ def from_store(uri: str) -> dict[str, Any]:
 
 def markdown(result: dict[str, Any]) -> str:
     lines = [f"# Trial start-up ({result['date']}, commit `{result['commit']}`, {result['cpu']})", "",
-             f"Code: `{result['code']}`. Imports: median of {result['repeats']} fresh interpreters, seconds.", "",
+             f"Code: `{result['code']}`. Load average {result['machine']['load_1min']} at the start. "
+             f"Imports: median of {result['repeats']} fresh interpreters, seconds.", "",
              "| module | " + " | ".join(STEPS) + " | total (range) | Optuna imported |",
              "|---|" + "---:|" * (len(STEPS) + 1) + "---|"]
     for p in result["imports"]:
@@ -117,11 +120,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--store", help="an MLflow store whose trials' start-up tags to sum up")
     args = ap.parse_args(argv)
-    from pipeline.runtime import machine  # the CPU's name, as every record gives it
-
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.code, capture_output=True, text=True)
-    result: dict[str, Any] = {"date": __import__("datetime").date.today().isoformat(),
-                              "commit": commit.stdout.strip() or "unknown", "cpu": machine._cpuinfo()[0],
+    facts = machine_facts()  # the CPU, cores and load at the start, read without torch
+    result: dict[str, Any] = {"date": datetime.date.today().isoformat(),
+                              "commit": commit.stdout.strip() or "unknown", "cpu": facts["cpu"], "machine": facts,
                               "code": str(args.code.resolve()), "repeats": args.repeats,
                               "imports": [probe(m, args.code.resolve(), args.repeats)
                                           for m in ("pipeline.sweep.trial", "pipeline.final.seeds")]}

@@ -109,7 +109,7 @@ def measure(repeats: int, code: Path | None, work: Path) -> list[dict[str, Any]]
     return rows
 
 
-def _machine() -> dict[str, Any]:
+def machine_facts() -> dict[str, Any]:
     """CPU, cores, memory, load, Python and the commit, without importing the heavy libraries."""
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), "unknown") if Path("/proc/cpuinfo").is_file() else "unknown"
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=code_root, capture_output=True, text=True)
     with tempfile.TemporaryDirectory(prefix="ctsweep-bench-startup-") as work:
         rows = measure(args.repeats, args.code and args.code.resolve(), Path(work))
-    report = {"date": datetime.date.today().isoformat(), "machine": _machine(), "repeats": args.repeats,
+    report = {"date": datetime.date.today().isoformat(), "machine": machine_facts(), "repeats": args.repeats,
               "code": str(code_root), "code_commit": commit.stdout.strip() or "unknown", "rows": rows}
     text = markdown(report)
     if args.out is not None:

@@ -71,8 +71,9 @@ def save(root: Path, out: Path, commit: str | None = None) -> dict[str, Any]:
     partial.replace(out / "run-state.tar.gz")
     lines = [f"# Finished seeds of {root} (code at `{commit[:12]}`)", "",
              "| family | seed | val | test | best epoch | s/epoch | wall s |", "|---|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {s['family']} | {s['seed']} | {s['val']:.4f} | {s['test']:.4f} | {s['best_epoch']:.0f} | "
-              f"{s['seconds_per_epoch']:.1f} | {s['wall_s']} |" for s in seeds if s["val"] is not None]
+    shown = {"val": "{:.4f}", "test": "{:.4f}", "best_epoch": "{:.0f}", "seconds_per_epoch": "{:.1f}", "wall_s": "{}"}
+    lines += [f"| {s['family']} | {s['seed']} | " + " | ".join("-" if s[k] is None else form.format(s[k])
+                                                          for k, form in shown.items()) + " |" for s in seeds]
     (out / "seeds.md").write_text("\n".join(lines) + "\n")
     (out / "seeds.json").write_text(json.dumps(seeds, indent=1))
     return manifest
