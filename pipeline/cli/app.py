@@ -382,8 +382,13 @@ def profile_command(
     raw, params = profiles.load(name, target)
     pairs = profiles.check_spaces(name, params, base)
     text = profiles.to_yaml(name, raw)
+    from pipeline.data.local_copy import partial_copies
+
+    partial = partial_copies(base, params)  # said before any stage runs, whether written or printed
     if not write:
         typer.echo(text, nl=False)
+        for line in partial:
+            typer.echo(f"ctsweep: warning: {line}", err=True)
         return
     from pipeline.stores.files import write_text
 
@@ -394,6 +399,8 @@ def profile_command(
     write_text(target, text)
     typer.echo(f"{target}: profile {name} ({len(params.datasets)} dataset(s), {len(params.families)} "
                f"families, {pairs} searches); your own params.yaml is kept as {backup}", err=True)
+    for line in partial:
+        typer.echo(f"ctsweep: warning: {line}", err=True)
 
 
 @app.command("optuna-dashboard")

@@ -3,7 +3,9 @@
 It validates params.yaml (every section, the precompute specs and UEA archive names included),
 the search space of every family listed in `families`, and the two stores a search writes (`search.storage_path`,
 `search.optuna_storage`). It starts no Ray, writes and creates no file (an SQLite store is only
-read), and fails on the first problem with the same one-line ConfigError a stage would give.
+read), and fails on the first problem with the same one-line ConfigError a stage would give. A
+dataset whose local copy holds only some of its raw files is a warning line
+(pipeline/data/local_copy.py): the rest may still download.
 On every dataset already prepared it runs the search's own checks of each family's space (the
 reference and the corners of the space built by the model: pipeline.sweep.plans.checked_space).
 The user families params.yaml declares are imported as every stage imports them: each module
@@ -13,6 +15,7 @@ that exits, crashes or hangs when imported is a one-line error too (pipeline/mod
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,10 @@ def check_project(root: Path) -> str:
     for dataset, section in params.prepare.items():
         if section.kind == "uea":  # the archive's name: `prepare` checks it too, before any download
             _check_uea_name(root / "params.yaml", dataset, section.name)
+    from pipeline.data.local_copy import partial_copies
+
+    for line in partial_copies(root, params):  # a warning: the rest may still download
+        print(f"ctsweep: warning: {line}", file=sys.stderr)
     prepared = _corners(root, params)
     storage = check_storage_path(root, params.search.storage_path)
     optuna_url = check_optuna_storage(root, params.search.optuna_storage)
