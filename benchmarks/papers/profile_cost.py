@@ -30,16 +30,18 @@ from typing import Any
 from benchmarks.outputs import save_report
 
 
-def measure(root: Path, profile: str, dataset: str, family: str, budget_s: float) -> dict[str, Any]:
-    """One (dataset, family) in this process: {batches, batch_s, val_s, epoch_s, ...}."""
-    import torch
-
+def final_trainer(root: Path, profile: str, dataset: str, family: str, seed: int = 0,
+                  overrides: dict[str, Any] | None = None):
+    """(Trainer, config, the profile's final settings for the cell): the configuration the
+    profile's search records and its final stage trains (the space's reference for the dataset with
+    the profile's `search.fixed` over it, made causal for a per-step task, as
+    pipeline/sweep/plans.py plans it), `overrides` over that, at the final stage's epochs and
+    `min_steps`, seeded as the final stage seeds seed `seed`."""
     from pipeline import profiles
     from pipeline.data.contract import load_dataset
     from pipeline.spaces import causal_space, fix_values, load_space, space_path, split_config
-    from pipeline.training.loop import TimeLimitReached, Trainer, TrainSettings
+    from pipeline.training.loop import Trainer, TrainSettings
 
-    torch.set_num_threads(1)
     _, params = profiles.load(profile, root / "params.yaml")
     final = params.final.for_cell(dataset, family)
     data = load_dataset(root / "data" / "processed" / dataset)
@@ -47,9 +49,20 @@ def measure(root: Path, profile: str, dataset: str, family: str, budget_s: float
     space, _ = fix_values(space, params.search.fixed.get(family, {}))
     if data.meta.per_step:
         space, _ = causal_space(space, dataset)
-    train_cfg, model_cfg = split_config({**space.reference, **space.fixed})
-    trainer = Trainer(family, model_cfg, TrainSettings(**train_cfg), data, 0, epochs=final.epochs,
+    train_cfg, model_cfg = split_config({**space.reference, **space.fixed, **(overrides or {})})
+    trainer = Trainer(family, model_cfg, TrainSettings(**train_cfg), data, seed, epochs=final.epochs,
                       min_steps=final.min_steps)
+    return trainer, {**train_cfg, **model_cfg}, final
+
+
+def measure(root: Path, profile: str, dataset: str, family: str, budget_s: float) -> dict[str, Any]:
+    """One (dataset, family) in this process: {batches, batch_s, val_s, epoch_s, ...}."""
+    import torch
+
+    from pipeline.training.loop import TimeLimitReached
+
+    torch.set_num_threads(1)
+    trainer, config, final = final_trainer(root, profile, dataset, family)
     try:  # one warm-up batch (allocations, first-call costs), untimed
         trainer.train_epoch(deadline=time.monotonic())
     except TimeLimitReached:
@@ -65,7 +78,7 @@ def measure(root: Path, profile: str, dataset: str, family: str, budget_s: float
     trainer.evaluate_with_loss("val")
     val_s = time.perf_counter() - start
     per_epoch = trainer.steps_per_epoch
-    return {"dataset": dataset, "family": family, "config": {**train_cfg, **model_cfg},
+    return {"dataset": dataset, "family": family, "config": config,
             "batches_timed": trainer.steps - before, "batches_per_epoch": per_epoch, "batch_s": batch_s,
             "val_s": val_s, "epoch_s": batch_s * per_epoch + val_s, "epochs": final.epochs,
             "seeds": len(final.seeds)}
