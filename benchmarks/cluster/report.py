@@ -8,6 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+# ctsweep's whole run over the plain loop's: the target docs/benchmarks/cluster.md states.
+TARGET_RATIO = 1.05
+
 
 def _s(value: float | None, digits: int = 1) -> str:
     return "–" if value is None else f"{value:,.{digits}f}"
@@ -59,8 +62,8 @@ def render(report: dict[str, Any]) -> str:
                      f"{_s(r['overhead_per_trial_s'], 2)} |")
     lines += ["", f"Mean epoch of the plain loop (its trials' seconds over their epochs, first repeat): "
               f"{_s(mean_epoch_s(report['overhead'][0]['plain']), 2)} s."]
-    lines += ["", f"**Ratio (median of {len(report['overhead'])}): {s['ratio']:.3f}** (target < 1.10: "
-              f"{'met' if s['ratio'] < 1.10 else 'NOT met'}); searches only {s['ratio_searches']:.3f}; "
+    lines += ["", f"**Ratio (median of {len(report['overhead'])}): {s['ratio']:.3f}** (target <= {TARGET_RATIO}: "
+              f"{'met' if s['ratio'] <= TARGET_RATIO else 'NOT met'}); searches only {s['ratio_searches']:.3f}; "
               f"overhead {s['overhead_per_trial_s']:.2f} s of wall time per trial "
               f"({s['overhead_per_trial_searches_s']:.2f} s without start-ups).", ""]
     mism = [x for r in report["overhead"] for x in r["mismatches"]]
