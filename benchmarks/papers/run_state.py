@@ -33,20 +33,29 @@ KEPT = ("mlflow.db", "mlartifacts", "optuna.db", "results", "dvc.lock", "params.
 MANIFEST = "run-state.json"
 
 
+def _training_s(metrics: dict[str, float]) -> int | None:
+    """Seconds of training: seconds per epoch x epochs. Not the MLflow run's span: a seed's run
+    is closed with its stage, so a seed that ended before an interruption has a span that runs to
+    the end of the resumed stage."""
+    if metrics.get("seconds_per_epoch") is None or metrics.get("epoch") is None:
+        return None
+    return round(metrics["seconds_per_epoch"] * metrics["epoch"])
+
+
 def finished_seeds(store: Path) -> list[dict[str, Any]]:
     """Every FINISHED final-stage seed run of the SQLite MLflow store: family, seed, scores."""
     with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
         rows = db.execute(
-            "select r.run_uuid, r.name, r.end_time - r.start_time from runs r join tags t on t.run_uuid = r.run_uuid "
+            "select r.run_uuid, r.name from runs r join tags t on t.run_uuid = r.run_uuid "
             "where t.key = 'stage' and t.value = 'final' and r.status = 'FINISHED' and r.name like 'seed-%'").fetchall()
         out = []
-        for run_id, name, millis in rows:
+        for run_id, name in rows:
             tags = dict(db.execute("select key, value from tags where run_uuid = ?", (run_id,)).fetchall())
             metrics = dict(db.execute("select key, value from latest_metrics where run_uuid = ?", (run_id,)).fetchall())
             out.append({"family": tags.get("family"), "seed": int(tags.get("seed", -1)), "run": name,
                         "val": metrics.get("final_val"), "test": metrics.get("final_test"),
                         "best_epoch": metrics.get("best_epoch"), "seconds_per_epoch": metrics.get("seconds_per_epoch"),
-                        "wall_s": round(millis / 1000) if millis else None})
+                        "training_s": _training_s(metrics)})
     return sorted(out, key=lambda s: (s["family"], s["seed"]))
 
 
@@ -70,8 +79,8 @@ def save(root: Path, out: Path, commit: str | None = None) -> dict[str, Any]:
         tar.add(manifest_file, arcname=MANIFEST)
     partial.replace(out / "run-state.tar.gz")
     lines = [f"# Finished seeds of {root} (code at `{commit[:12]}`)", "",
-             "| family | seed | val | test | best epoch | s/epoch | wall s |", "|---|---:|---:|---:|---:|---:|---:|"]
-    shown = {"val": "{:.4f}", "test": "{:.4f}", "best_epoch": "{:.0f}", "seconds_per_epoch": "{:.1f}", "wall_s": "{}"}
+             "| family | seed | val | test | best epoch | s/epoch | training s |", "|---|---:|---:|---:|---:|---:|---:|"]
+    shown = {"val": "{:.4f}", "test": "{:.4f}", "best_epoch": "{:.0f}", "seconds_per_epoch": "{:.1f}", "training_s": "{}"}
     lines += [f"| {s['family']} | {s['seed']} | " + " | ".join("-" if s[k] is None else form.format(s[k])
                                                           for k, form in shown.items()) + " |" for s in seeds]
     (out / "seeds.md").write_text("\n".join(lines) + "\n")
