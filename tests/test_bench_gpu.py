@@ -1,6 +1,7 @@
 """benchmarks/gpu/run.py: a quick run on the CPU (a logical GPU declared to a local Ray) through the
-real search driver; packing k puts at most k trials on the GPU at once, the fill modes search
-the families one after another and then at once. A smoke test of the script, not a measurement."""
+real search driver; packing 1 runs one trial on the GPU at a time (every k takes the same path),
+the fill modes, at a quarter of a GPU a trial, search the families one after another and then at
+once. A smoke test of the script, not a measurement."""
 
 from __future__ import annotations
 
@@ -30,13 +31,13 @@ def test_quick_run_packs_trials_and_fills_the_slots(tmp_path: Path, monkeypatch:
     md = (tmp_path / "out" / "gpu.md").read_text()
     assert "QUICK SMOKE RUN" in md and "no CUDA device" in md
     modes = {m["mode"]: m for m in report["modes"]}
-    assert list(modes) == ["pack1", "pack2", "fill-before", "fill-after"]
+    assert list(modes) == ["pack1", "fill-before", "fill-after"]
     s = gpu.QUICK
-    for k in s.packing:
-        m = modes[f"pack{k}"]
-        assert m["n_trials"] == s.trials and m["n_failed"] == 0 and m["gpu_per_trial"] == 1 / k
-        assert 1 <= m["peak_running"] <= k  # a trial asking 1/k GPU: at most k at once on one GPU
-        assert m["trials_per_hour"] == pytest.approx(m["n_trials"] / m["wall_s"] * 3600)
+    m = modes["pack1"]
+    assert m["n_trials"] == s.trials == 2 and m["n_failed"] == 0 and m["gpu_per_trial"] == 1
+    assert m["peak_running"] == 1  # each trial asks the whole GPU: the two ran one after the other
+    assert m["trials_per_hour"] == pytest.approx(m["n_trials"] / m["wall_s"] * 3600)
+    assert "Trials per hour against one trial per GPU: pack1: 1.00x." in md
     before, after = modes["fill-before"], modes["fill-after"]
     for m in (before, after):
         assert m["n_trials"] == len(s.fill_families) * s.fill_trials and m["n_failed"] == 0

@@ -38,7 +38,7 @@ MODES = {"datasets-serial": "serial", "datasets-shared": "shared"}
 # once per dataset).
 DATASETS = tuple(f"xor_fill_{i}" for i in range(4))
 N_FAMILIES = 6
-# --quick: 2 datasets x 1 family x 4 trials on 4 slots (max_concurrent 2 = 2 live per dataset: the
+# --quick: 2 datasets x 1 family x 4 trials on 2 slots (max_concurrent 1 = 1 live per dataset: the
 # slots are full only when both datasets run at once).
 QUICK_DATASETS = DATASETS[:2]
 QUICK_FAMILIES = 1

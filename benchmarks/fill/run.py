@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the modes (before, after by default); returns the report written to fill.json."""
     known = [*MODES, *fill_datasets.MODES, *fill_stores.MODES]
     ap = argparse.ArgumentParser(prog="benchmarks.fill.run", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run: 2 families x 4 trials on 4 slots")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 2 families x 4 trials on 2 slots")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--modes", default="before,after",
                     help=f"comma-separated, run in this order; of {', '.join(known)}")
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--round-size", type=int, default=None, help="trials per round of a family's study "
                     "(default: the workload's, 4; 2 on --quick)")
     ap.add_argument("--max-concurrent", type=int, default=None, help="live trials per family at most "
-                    "(default: the workload's, 4; 2 on --quick)")
+                    "(default: the workload's, 4; 1 on --quick)")
     ap.add_argument("--rounds-in-flight", type=int, default=None, help="rounds of a family's study live at once, "
                     "1 to 8 (search.rounds_in_flight; default: the workload's, 1)")
     args = ap.parse_args(argv)

@@ -106,9 +106,10 @@ class Workload:
                 for f in self.families}
 
 
-# A smoke run for the test (not a measurement): 2 families x 4 trials on 4 slots, epochs of about 0.5 s.
-# Two families are the fewest that can share the slots (the test checks they do).
-QUICK = Workload(families=FAMILIES[:2], slots=4, num_samples=4, epochs=3, grace_period=1, max_concurrent=2,
+# A smoke run for the test (not a measurement): 2 families x 4 trials on 2 slots, one trial of a family at
+# a time, epochs of about 0.5 s. Two families are the fewest that can share the slots (the test checks
+# they do); two slots the fewest they can share, and each slot's process costs a trial's imports.
+QUICK = Workload(families=FAMILIES[:2], slots=2, num_samples=4, epochs=3, grace_period=1, max_concurrent=1,
                  round_size=2,
                  n_startup_trials=1, epoch_s=0.5, epoch_min_s=0.3, epoch_max_s=1.0)
 

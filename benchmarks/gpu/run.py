@@ -79,7 +79,9 @@ class Settings:
                             resources=Resources(cpu=1, gpu=1 / self.fill_slots), max_failures=0)
 
 
-QUICK = Settings(packing=(1, 2), family="cfc", trials=2, epochs=1, fill_families=("cfc", "lstm_dt"), fill_trials=2)
+# --quick, a smoke run of every code path at its smallest: one packing mode (1 GPU a trial: the two trials
+# must run one after the other), whose path is every k's; the fill modes ask a fractional GPU (1/4).
+QUICK = Settings(packing=(1,), family="cfc", trials=2, epochs=1, fill_families=("cfc", "lstm_dt"), fill_trials=2)
 
 
 def new_project(work: Path, label: str, data: Path) -> Path:
@@ -219,7 +221,7 @@ def render(report: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog="benchmarks.gpu.run", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run: 2 trials of 1 epoch per mode")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 2 trials of 1 epoch per mode, packing 1 only")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--data", type=Path, default=ROOT / "data" / "processed" / DATASET)
     ap.add_argument("--packing", default=None, help="comma-separated trials per GPU, e.g. 1,2,4")

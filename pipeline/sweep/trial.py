@@ -89,6 +89,14 @@ def trial_run(client: tracking.MlflowClient, ctx: TrialContext, trial_id: str, c
     return found.info.run_id
 
 
+def logged_epochs(client: tracking.MlflowClient, run_id: str) -> int:
+    """The last epoch the trial's run holds: 0 for a new run; for a run an earlier attempt of the
+    trial logged into (a resumed search), the epochs it logged, which this attempt trains again
+    from its checkpoint or from the start (an interrupt can come between an epoch's log and Tune
+    seeing its report)."""
+    return int(client.get_run(run_id).data.metrics.get("epoch", 0))
+
+
 def _restore(trainer: Trainer, client: tracking.MlflowClient, run_id: str) -> None:
     """Resume from the trial's last checkpoint when Ray retries it."""
     checkpoint = tune.get_checkpoint()
@@ -148,10 +156,15 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
         tracking.set_tags(client, run_id, startup.tags(entered, time.time()))
         tracking.log_params(client, run_id, {"num_params": trainer.model.num_parameters()})
         deadline = time.monotonic() + ctx.time_limit_s if ctx.time_limit_s else None
+        logged = logged_epochs(client, run_id)
         saved = time.monotonic()  # the last checkpoint (or the start): `search.checkpoint_every_s` counts from it
         while trainer.epoch < ctx.epochs:
             metrics = trainer.run_epoch(deadline)
-            tracking.log_metrics(client, run_id, metrics, step=trainer.epoch)
+            # An epoch an earlier attempt logged is not logged again, so a run's history holds each
+            # epoch once; training is deterministic (docs/explanation/reproducibility.md), so the
+            # values Tune gets now are the ones logged then.
+            if trainer.epoch > logged:
+                tracking.log_metrics(client, run_id, metrics, step=trainer.epoch)
             if trainer.stopped_early:  # tagged first: Tune may end this process at the report
                 tracking.set_tags(client, run_id, {"patience_stopped": "true"})
             # A checkpoint costs a torch.save, Tune's copy into its storage and, every `num_to_keep`
