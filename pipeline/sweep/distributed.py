@@ -47,6 +47,7 @@ from pipeline.errors import ConfigError, CtsweepError
 from pipeline.runtime.collector import freeze_survivors
 from pipeline.spaces import split_config
 from pipeline.sweep.context import STATE_FILE, TrialContext, local_dataset
+from pipeline.sweep.run_lookup import logged_epochs
 from pipeline.training.loop import TimeLimitReached, Trainer, TrainSettings
 
 # What a data-parallel Tune trial asks for (tune.with_resources): 1 MiB of the node's memory.
@@ -189,10 +190,11 @@ def train_worker(loop: dict[str, Any]) -> None:
         if resumed:
             tracking.set_tags(client, run_id, {"resumed_from_epoch": trainer.epoch})
     deadline = time.monotonic() + ctx.time_limit_s if ctx.time_limit_s else None
+    logged = logged_epochs(client, run_id) if client is not None else 0  # each epoch logged once (trial.py)
     try:
         while trainer.epoch < ctx.epochs:
             metrics = trainer.run_epoch(deadline)  # every rank scores validation: same value, no wait
-            if client is not None:
+            if client is not None and trainer.epoch > logged:
                 tracking.log_metrics(client, run_id, metrics, step=trainer.epoch)
             if client is not None and trainer.stopped_early:
                 tracking.set_tags(client, run_id, {"patience_stopped": "true"})

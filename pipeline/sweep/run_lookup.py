@@ -45,6 +45,14 @@ def metric_steps(client: MlflowClient, run_id: str, key: str) -> dict[int, float
     return {m.step: m.value for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.timestamp)}
 
 
+def logged_epochs(client: MlflowClient, run_id: str) -> int:
+    """The last epoch a trial's run holds: 0 for a new run; for a run an earlier attempt of the
+    trial logged into (a resumed search, a retried trial), the epochs it logged, which this attempt
+    trains again from its checkpoint or from the start (an interrupt can come between an epoch's
+    log and Tune seeing its report)."""
+    return int(client.get_run(run_id).data.metrics.get("epoch", 0))
+
+
 def close_interrupted(client: MlflowClient, exp_id: str, parent: str, reason: str) -> None:
     """An interrupted search or final stage: its RUNNING child runs end KILLED (their processes were
     stopped), and the parent ends KILLED without the complete tag, so the next run of the stage

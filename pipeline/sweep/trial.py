@@ -46,7 +46,7 @@ from pipeline.stores.schema import DATA_PROVENANCE
 from pipeline.spaces import split_config
 from pipeline.sweep.context import STATE_FILE, TrialContext, local_dataset
 from pipeline.sweep.trial_keys import REPEAT_KEY, TRIAL_NUMBER_KEY, family_of, repeat_of, trial_number_of, without_family
-from pipeline.sweep.run_lookup import find_child_run
+from pipeline.sweep.run_lookup import find_child_run, logged_epochs
 from pipeline.training.loop import TimeLimitReached, Trainer, TrainSettings, device_for
 
 FINAL_FAILURE_TAG = "final_failure"
@@ -87,14 +87,6 @@ def trial_run(client: tracking.MlflowClient, ctx: TrialContext, trial_id: str, c
     if "interrupted" in found.data.tags:  # a stage interrupt closed it KILLED; it runs again now
         client.delete_tag(found.info.run_id, "interrupted")
     return found.info.run_id
-
-
-def logged_epochs(client: tracking.MlflowClient, run_id: str) -> int:
-    """The last epoch the trial's run holds: 0 for a new run; for a run an earlier attempt of the
-    trial logged into (a resumed search), the epochs it logged, which this attempt trains again
-    from its checkpoint or from the start (an interrupt can come between an epoch's log and Tune
-    seeing its report)."""
-    return int(client.get_run(run_id).data.metrics.get("epoch", 0))
 
 
 def _restore(trainer: Trainer, client: tracking.MlflowClient, run_id: str) -> None:
