@@ -153,8 +153,9 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
         while trainer.epoch < ctx.epochs:
             metrics = trainer.run_epoch(deadline)
             # An epoch an earlier attempt logged is not logged again, so a run's history holds each
-            # epoch once; training is deterministic (docs/explanation/reproducibility.md), so the
-            # values Tune gets now are the ones logged then.
+            # epoch once; training is deterministic on the same kind of machine
+            # (docs/explanation/reproducibility.md), so there the values Tune gets now are the ones
+            # logged then (a retry on another CPU model may differ in the last bits).
             if trainer.epoch > logged:
                 tracking.log_metrics(client, run_id, metrics, step=trainer.epoch)
             if trainer.stopped_early:  # tagged first: Tune may end this process at the report
