@@ -1,5 +1,6 @@
 """freeze_survivors: garbage is collected first, what is alive then is skipped by later collections,
-what is created afterwards is collected as before (pipeline/runtime/collector.py)."""
+what is created afterwards is collected as before; young_objects_only: a collection inside walks
+what was made inside only, and everything is as before afterwards (pipeline/runtime/collector.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import weakref
 
 import pytest
 
-from pipeline.runtime.collector import freeze_survivors
+from pipeline.comparison.pairs import holm
+from pipeline.runtime.collector import freeze_survivors, young_objects_only
 
 
 class _Node:
@@ -50,3 +52,52 @@ def test_cycles_made_after_the_freeze_are_still_collected(thawed):
     dead = _cycle()
     gc.collect()
     assert dead() is None
+
+
+def _walked_by_a_full_collection() -> int:
+    """How many objects the collector's oldest generation walked in one gc.collect()."""
+    seen: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            seen.append(len(gc.get_objects(generation=2)))
+
+    gc.callbacks.append(count)
+    try:
+        gc.collect()
+    finally:
+        gc.callbacks.remove(count)
+    return seen[-1]
+
+
+def test_inside_young_objects_only_a_collection_skips_the_older_heap_and_afterwards_nothing_is_frozen(thawed):
+    gc.collect()
+    assert gc.get_freeze_count() == 0
+    before = _walked_by_a_full_collection()
+    with young_objects_only():
+        assert gc.get_freeze_count() > before // 2  # the older heap: out of the collector's walk
+        made = [_Node() for _ in range(100)]
+        inside = _walked_by_a_full_collection()
+        ref = _cycle()
+        gc.collect()
+        assert ref() is None  # a cycle made inside is still collected
+    assert gc.get_freeze_count() == 0  # unfrozen after
+    assert inside < 1000 < before and len(made) == 100
+
+
+def test_young_objects_only_leaves_an_earlier_freeze_as_it_was(thawed):
+    freeze_survivors()
+    frozen = gc.get_freeze_count()
+    with young_objects_only():
+        assert gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() == frozen  # not unfrozen: a trial's freeze_survivors stays in force
+
+
+def test_holm_gives_the_same_adjusted_values_with_the_heap_frozen_around_statsmodels(thawed):
+    from statsmodels.stats.multitest import multipletests
+
+    pvalues = {"a": 0.01, "b": 0.04, "c": float("nan"), "d": 0.03}
+    expected = multipletests([0.01, 0.04, 0.03], method="holm")[1]
+    adjusted = holm(pvalues)
+    assert [adjusted[k] for k in "abd"] == pytest.approx(list(expected)) and adjusted["c"] != adjusted["c"]
+    assert gc.get_freeze_count() == 0

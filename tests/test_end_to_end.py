@@ -47,8 +47,10 @@ REASON = "non-finite training loss"  # then the value (nan or inf) and "at epoch
 def _tiny_params() -> dict:
     raw = default_params()
     raw.update(datasets=[DATASET], families=[*FAMILIES, FAILED])
-    # batches of 32: several optimiser steps in epoch 1, so every trial diverges within it
-    raw["search"].update(num_samples=TRIALS, epochs=2, n_startup_trials=1,
+    # batches of 32: several optimiser steps in epoch 1, so every trial diverges within it.
+    # max_failures 0: Ray Tune would retry each diverged trial twice, in a new process each time,
+    # to fail again at once (tests/test_search.py covers that retry); here it only costs minutes.
+    raw["search"].update(num_samples=TRIALS, epochs=2, n_startup_trials=1, max_failures=0,
                          fixed={FAILED: {"lr": 1.0e30, "batch_size": 32}})
     raw["search"]["asha"]["grace_period"] = 1
     raw["final"].update(seeds=SEEDS, epochs=2, patience=1, lr_factors=LR_FACTORS)

@@ -70,6 +70,8 @@ def _parents(client: MlflowClient, dataset: str) -> list:
 @pytest.mark.slow
 def test_nan_trials_fail_cleanly_and_the_search_goes_on(root: Path, local_ray: None) -> None:
     _poisoned_dataset(root, "poisoned")
+    # max_failures at its default (2): Tune retries each diverged trial twice, and each retry fails at
+    # once on the `final_failure` tag of the trial's run; the trial still counts once
     p = SearchParams(num_samples=3, max_concurrent=2, epochs=2, n_startup_trials=1)
     record = search(root, "poisoned", "ncde", p)  # recorded as failed, not raised
     assert record["status"] == "failed" and record["n_failed"] == 3 and record["errors"]
@@ -100,7 +102,7 @@ def test_a_family_whose_every_trial_fails_is_recorded_failed_and_searched_again(
     without the fixed learning rate it succeeds."""
     save_dataset(processed_dir(root, "x"), build_xor("x", XorParams(kind="xor", n_train=200, n_test=20, seed=3)))
     p = SearchParams(num_samples=2, max_concurrent=2, epochs=1, n_startup_trials=1, asha={"grace_period": 1},
-                     trial_time_limit_s=600, fixed={"cfc": {"lr": 1.0e30, "batch_size": 32}}, max_failures=1)
+                     trial_time_limit_s=600, fixed={"cfc": {"lr": 1.0e30, "batch_size": 32}}, max_failures=0)
     record = search(root, "x", "cfc", p)
     diverged = "non-finite training loss"  # then nan or inf, "at epoch 1" and the count of trials
     assert (record["status"], record["best_config"], record["best_val"]) == ("failed", None, None)

@@ -5,6 +5,6 @@ report share, so that each decides by the same rule.
     pairs.py          a family against the best: Welch's t-test, TOST, Holm; `decide`
     expected_best.py  the expected best of n search trials (Dodge et al. 2019)
 
-Imports: nothing of pipeline (numpy, scipy, statsmodels).
+Imports: runtime (the collector around statsmodels' Holm; numpy, scipy, statsmodels besides).
 Import-free: import the module you need (`from pipeline.comparison.ties import best_family`).
 """

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from scipy import stats as sps
 
+from pipeline.runtime.collector import young_objects_only
+
 
 @dataclass(frozen=True)
 class Welch:
@@ -57,13 +59,14 @@ def holm(pvalues: dict[str, float]) -> dict[str, float]:
     known = {k: v for k, v in pvalues.items() if not math.isnan(v)}
     adjusted = dict.fromkeys(pvalues, math.nan)
     if known:
-        # statsmodels 0.15's Holm branch ends with gc.collect(): about 50 ms a call with scipy and
-        # pandas loaded; nothing for a report's few calls, most of a simulated race's time
-        # (benchmarks/rules/race_error.py freezes the heap first, which makes it microseconds).
+        # statsmodels 0.15's Holm branch ends with gc.collect(), a walk of the whole heap on every
+        # call (pipeline/runtime/collector.py, young_objects_only)
         from statsmodels.stats.multitest import multipletests
 
         names = list(known)
-        for name, value in zip(names, multipletests([known[n] for n in names], method="holm")[1]):
+        with young_objects_only():
+            corrected = multipletests([known[n] for n in names], method="holm")[1]
+        for name, value in zip(names, corrected):
             adjusted[name] = float(value)
     return adjusted
 

@@ -30,6 +30,7 @@ from typing import Any
 from scipy import stats as sps
 
 from pipeline.reporting.marks import is_failed
+from pipeline.runtime.collector import young_objects_only
 from pipeline.reporting.status import ACROSS_DATASETS
 from pipeline.reporting.tables import ALPHA, welch_vs_best
 from pipeline.stores.paths import processed_dir
@@ -203,7 +204,8 @@ def pairwise(finals: dict[str, dict[str, dict[str, Any]]], families: list[str]) 
     # long format, each family's rows in the same dataset order: Wilcoxon pairs them by position
     rows = [(f, m[f]) for f in families for m in means]
     frame = pd.DataFrame(rows, columns=["family", "test_mean"])
-    with warnings.catch_warnings():  # all-zero differences: scipy warns on the way to its p = 1
+    # young_objects_only: its Holm adjustment is statsmodels', which collects the whole heap
+    with warnings.catch_warnings(), young_objects_only():  # all-zero differences: scipy warns on the way to its p = 1
         warnings.simplefilter("ignore", RuntimeWarning)
         table = sp.posthoc_wilcoxon(frame, val_col="test_mean", group_col="family", p_adjust="holm")
     return {a: {b: float(table.loc[a, b]) for b in families} for a in families}
