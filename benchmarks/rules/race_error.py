@@ -20,7 +20,6 @@ to --out and prints the Markdown.
 from __future__ import annotations
 
 import argparse
-import gc
 import random
 import statistics
 from pathlib import Path
@@ -98,8 +97,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    look({}, RaceParams(), args.base)  # every import made, then the heap frozen: statsmodels' Holm
-    gc.freeze()                        # collects garbage on each call (pipeline/reporting/stats.py)
     p = RaceParams(enabled=True, margin=args.margin, max_seeds=args.max_seeds, seeds_per_round=args.seeds_per_round,
                    alpha=args.alpha)
     rows = [simulate(kind, args.runs, args.families, args.sd, p, args.base) for kind in FIELDS]
