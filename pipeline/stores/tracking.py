@@ -274,6 +274,14 @@ def set_tags(client: MlflowClient, run_id: str, tags: dict[str, Any]) -> None:
     _retry_locked(lambda: client.log_batch(run_id, tags=batch), client.tracking_uri, f"set tags of {run_id}")
 
 
+def log_params_and_tags(client: MlflowClient, run_id: str, params: dict[str, Any], tags: dict[str, Any]) -> None:
+    """Log params and set tags (all as strings) in one write: one transaction (a round trip to a
+    tracking server) where log_params and set_tags would take two."""
+    _retry_locked(lambda: client.log_batch(run_id, params=[Param(k, str(v)) for k, v in sorted(params.items())],
+                                           tags=[RunTag(k, str(v)) for k, v in tags.items()]),
+                  client.tracking_uri, f"log params and tags of {run_id}")
+
+
 def finish(client: MlflowClient, run_id: str, error: BaseException | None = None,
            outcome: str | None = None, tags: dict[str, Any] | None = None) -> None:
     """Mark a run FINISHED, or FAILED with the error message as a tag; `outcome` (a child run's

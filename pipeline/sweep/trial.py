@@ -61,11 +61,21 @@ def trial_run_name(ctx: TrialContext, trial_id: str) -> str:
     return f"trial-{trial_id if ctx.trial_number is None else ctx.trial_number}/{repeat}search/{ctx.family}"
 
 
-def trial_run(client: tracking.MlflowClient, ctx: TrialContext, trial_id: str, config: dict[str, Any]) -> str:
-    """The trial's MLflow run: the one an earlier attempt of this trial created, else a new one.
+def trial_run(client: tracking.MlflowClient, ctx: TrialContext, trial_id: str, config: dict[str, Any],
+              tags: dict[str, Any] | None = None) -> str:
+    """The trial's MLflow run: the one an earlier attempt of this trial created, else a new one;
+    `tags` (the machine's: pipeline.runtime.machine) are set on it in the same write.
 
     Raises TrialFailedError at once when an earlier attempt failed for a reason that repeats.
     """
+    return _trial_run(client, ctx, trial_id, config, tags or {})[0]
+
+
+def _trial_run(client: tracking.MlflowClient, ctx: TrialContext, trial_id: str, config: dict[str, Any],
+               tags: dict[str, Any]) -> tuple[str, bool]:
+    """trial_run's (run id, whether this attempt created the run). A trial's set-up writes to the
+    store a handful of times; each is a transaction on SQLite (3-4 ms measured) and a round trip to
+    a tracking server, so what can share a write does."""
     found = find_child_run(client, ctx.experiment_id, ctx.parent_run_id, "ray_trial_id", trial_id)
     place = {"host": socket.gethostname(), "pid": os.getpid(), "ray_node_id": ray.get_runtime_context().get_node_id()}
     if found is None:
@@ -74,19 +84,19 @@ def trial_run(client: tracking.MlflowClient, ctx: TrialContext, trial_id: str, c
         run_id = tracking.start_run(
             client, ctx.experiment_id, trial_run_name(ctx, trial_id),
             {"dataset": ctx.dataset, "family": ctx.family, "stage": "search", "seed": ctx.seed,
-             "ray_trial_id": trial_id, REPEAT_KEY: ctx.repeat, **number, **provenance, **place},
+             "ray_trial_id": trial_id, REPEAT_KEY: ctx.repeat, **number, **provenance, **place, **tags},
             parent_run_id=ctx.parent_run_id)
         tracking.log_params(client, run_id, config)
-        return run_id
+        return run_id, True
     if found.data.tags.get(FINAL_FAILURE_TAG) == "true":
         raise TrialFailedError(found.data.tags.get("error", "failed in an earlier attempt"))
     attempts = int(found.data.tags.get("attempts", "1")) + 1
     client.update_run(found.info.run_id, status="RUNNING")
     tracking.set_tags(client, found.info.run_id,
-                      {"attempts": attempts, tracking.RUN_LEVEL_TAG: tracking.CHILD_LEVEL, **place})
+                      {"attempts": attempts, tracking.RUN_LEVEL_TAG: tracking.CHILD_LEVEL, **place, **tags})
     if "interrupted" in found.data.tags:  # a stage interrupt closed it KILLED; it runs again now
         client.delete_tag(found.info.run_id, "interrupted")
-    return found.info.run_id
+    return found.info.run_id, False
 
 
 def _restore(trainer: Trainer, client: tracking.MlflowClient, run_id: str) -> None:
@@ -120,9 +130,9 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
     entered = time.time()
     torch.set_num_threads(max(1, int(ctx.cpus)))  # concurrent trials must not fight over cores
     client = tracking.MlflowClient(ctx.tracking_uri)
-    run_id = trial_run(client, ctx, tune.get_context().get_trial_id(), config)
     # the machine and threads it trains with, on its run: the search record and report carry them
-    tracking.set_tags(client, run_id, machine.run_tags(device_for(ctx.gpus), max(1, int(ctx.cpus))))
+    run_id, created = _trial_run(client, ctx, tune.get_context().get_trial_id(), config,
+                                 machine.run_tags(device_for(ctx.gpus), max(1, int(ctx.cpus))))
     if ctx.workers > 1:
         from pipeline.sweep.distributed import run_data_parallel  # Ray Train: only for data-parallel trials
 
@@ -145,10 +155,10 @@ def run_trial(config: dict[str, Any], ctx: TrialContext, data: Dataset) -> None:
                           device_for(ctx.gpus), ctx.epochs, ctx.min_steps)
         _restore(trainer, client, run_id)
         freeze_survivors()
-        tracking.set_tags(client, run_id, startup.tags(entered, time.time()))
-        tracking.log_params(client, run_id, {"num_params": trainer.model.num_parameters()})
+        tracking.log_params_and_tags(client, run_id, {"num_params": trainer.model.num_parameters()},
+                                     startup.tags(entered, time.time()))
         deadline = time.monotonic() + ctx.time_limit_s if ctx.time_limit_s else None
-        logged = logged_epochs(client, run_id)
+        logged = 0 if created else logged_epochs(client, run_id)  # a run made just now has logged nothing
         saved = time.monotonic()  # the last checkpoint (or the start): `search.checkpoint_every_s` counts from it
         while trainer.epoch < ctx.epochs:
             metrics = trainer.run_epoch(deadline)
