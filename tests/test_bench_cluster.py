@@ -91,6 +91,15 @@ def test_replay_trial_gives_the_trainer_the_search_budget(xor_dir: Path) -> None
     assert (out["status"], out["epochs"]) == ("ok", 1), out["error"]
 
 
+def test_plain_split_replays_trials_and_splits_their_seconds(xor_dir: Path) -> None:
+    from benchmarks.cluster.plain_split import replay
+
+    cdr_nde = _job(xor_dir, "cdr_nde", epochs=1)
+    parts = replay([_job(xor_dir, "cfc", epochs=2), cluster.TrialJob(**{**cdr_nde.__dict__, "max_epochs": 4})])
+    assert parts["epochs"] == 3  # every reported epoch of both trials, nothing more
+    assert min(parts["setup"], parts["training"], parts["validation"]) > 0
+
+
 def test_replay_trial_stops_at_the_time_limit(xor_dir: Path) -> None:
     # A cut trial: its reported epoch, then on into the next until the limit (here at once).
     out = cluster.replay_trial(_job(xor_dir, "cfc", epochs=0, past_limit=True, limit=1e-6))
