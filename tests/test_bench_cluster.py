@@ -6,6 +6,7 @@ Timings are machine-dependent and never asserted; their arithmetic and the repla
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -94,8 +95,9 @@ def test_replay_trial_gives_the_trainer_the_search_budget(xor_dir: Path) -> None
 def test_plain_split_replays_trials_and_splits_their_seconds(xor_dir: Path) -> None:
     from benchmarks.cluster.plain_split import replay
 
-    cdr_nde = _job(xor_dir, "cdr_nde", epochs=1)
-    parts = replay([_job(xor_dir, "cfc", epochs=2), cluster.TrialJob(**{**cdr_nde.__dict__, "max_epochs": 4})])
+    # cdr_nde stopped early: 1 reported epoch of a 4-epoch budget, so its replay must stop at 1
+    stopped = dataclasses.replace(_job(xor_dir, "cdr_nde", epochs=1), max_epochs=4)
+    parts = replay([_job(xor_dir, "cfc", epochs=2), stopped])
     assert parts["epochs"] == 3  # every reported epoch of both trials, nothing more
     assert min(parts["setup"], parts["training"], parts["validation"]) > 0
 

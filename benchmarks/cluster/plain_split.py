@@ -27,20 +27,18 @@ if str(ROOT) not in sys.path:
 
 
 def replay(jobs: list[Any]) -> dict[str, float]:
-    """Train `jobs` (benchmarks.cluster.run.TrialJob) in turn; seconds by part, summed over them."""
+    """Train `jobs` (benchmarks.cluster.run.TrialJob) in turn, each for its reported epochs (a time-limited
+    trial's dropped part epoch is not trained: only whole epochs are split); seconds by part, summed."""
     import torch
 
-    from pipeline.data.contract import load_dataset
-    from pipeline.spaces import split_config
-    from pipeline.training.loop import TimeLimitReached, Trainer, TrainSettings
+    from benchmarks.cluster.run import build_trainer
+    from pipeline.training.loop import TimeLimitReached
 
     torch.set_num_threads(1)
     parts = {"setup": 0.0, "training": 0.0, "validation": 0.0, "epochs": 0}
     for job in jobs:
         start = time.perf_counter()
-        train_cfg, model_cfg = split_config(job.config)
-        trainer = Trainer(job.family, model_cfg, TrainSettings(**train_cfg), load_dataset(Path(job.dataset_dir)),
-                          job.seed, "cpu", job.max_epochs, job.min_steps)
+        trainer = build_trainer(job)
         parts["setup"] += time.perf_counter() - start
         deadline = time.monotonic() + job.time_limit_s if job.time_limit_s else None  # run_trial's clock
         try:

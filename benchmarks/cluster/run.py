@@ -385,6 +385,19 @@ def _ready(_: int) -> str:
     return _DEVICE
 
 
+def build_trainer(job: TrialJob) -> Any:
+    """The trial's `pipeline.training.loop.Trainer`, built as `run_trial` builds it, on `_DEVICE`."""
+    from pipeline.data.contract import load_dataset
+    from pipeline.spaces import split_config
+    from pipeline.training.loop import Trainer, TrainSettings
+
+    train_cfg, model_cfg = split_config(job.config)
+    # max_epochs: the trial's budget (run_trial passes the search's `epochs`): a schedule set as a
+    # fraction of the run (`lr_step_fraction`, CDR-NDE's) steps where the search's trial stepped
+    return Trainer(job.family, model_cfg, TrainSettings(**train_cfg), load_dataset(Path(job.dataset_dir)),
+                   job.seed, _DEVICE, job.max_epochs, job.min_steps)
+
+
 def replay_trial(job: TrialJob) -> dict[str, Any]:
     """Train one trial as `pipeline.sweep.trial.run_trial` does, minus Ray, Optuna, MLflow and checkpoints.
 
@@ -393,20 +406,14 @@ def replay_trial(job: TrialJob) -> dict[str, Any]:
     """
     import torch
 
-    from pipeline.data.contract import load_dataset
     from pipeline.errors import TrialFailedError
-    from pipeline.spaces import split_config
-    from pipeline.training.loop import TimeLimitReached, Trainer, TrainSettings
+    from pipeline.training.loop import TimeLimitReached
 
     torch.set_num_threads(job.threads)  # concurrent trials must not fight over cores
     start = time.perf_counter()
     status, error, trainer, scores = "ok", None, None, []
-    train_cfg, model_cfg = split_config(job.config)
     try:
-        # max_epochs: the trial's budget (run_trial passes the search's `epochs`): a schedule set as a
-        # fraction of the run (`lr_step_fraction`, CDR-NDE's) steps where the search's trial stepped
-        trainer = Trainer(job.family, model_cfg, TrainSettings(**train_cfg), load_dataset(Path(job.dataset_dir)),
-                          job.seed, _DEVICE, job.max_epochs, job.min_steps)
+        trainer = build_trainer(job)
         deadline = time.monotonic() + job.time_limit_s if job.time_limit_s else None  # run_trial's clock
         while trainer.epoch < job.epochs:
             scores.append(trainer.run_epoch(deadline)["val_metric"])
