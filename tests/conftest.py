@@ -99,8 +99,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     `make test` hands whole files to its two pytest-xdist processes in this order (Makefile:
     loadfile), so the long files start early and the many short ones fill both processes at the
     end instead of one process finishing a long file alone. A file's weight: its `slow` tests,
-    those with a larger time limit (`@pytest.mark.timeout`: minutes here) counting for more. Only
-    the order of files changes; a file's tests keep theirs."""
+    those with a larger time limit (`@pytest.mark.timeout`: minutes here) counting for more.
+    Within a file, the tests that share the process's local Ray
+    (`local_ray`) go first and the others keep their order after them: the shared instance is
+    stopped before every other test (`_own_ray_unless_shared`), so a file that mixed them started
+    it again after each break (17 starts in the suite, 12 with this order; about 6 CPU-seconds
+    and 10 s each)."""
     weight: dict[Path, float] = {}
     for item in items:
         weight.setdefault(item.path, 0.0)
@@ -109,7 +113,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         limit = item.get_closest_marker("timeout")
         weight[item.path] += 1 + (limit.args[0] / 300 if limit and limit.args else 0)
     first_seen = {path: i for i, path in enumerate(dict.fromkeys(item.path for item in items))}
-    items.sort(key=lambda item: (-weight[item.path], first_seen[item.path]))
+    items.sort(key=lambda item: (-weight[item.path], first_seen[item.path], "local_ray" not in item.fixturenames))
 
 
 # ------------------------------------------------------------------ one local Ray per test process

@@ -86,18 +86,16 @@ def test_one_trial_at_a_time_and_four_beside_a_busy_core_give_the_same_results(
     assert [t["number"] for t in searched["trials"]] == [0, 1, 2, 3]
 
 
-def test_search_repeats_reach_the_final_stage_and_the_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_search_repeats_reach_the_final_stage_and_the_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local_ray: None) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     root = _project(tmp_path)
     search = SearchParams(num_samples=2, round_size=2, repeats=2, epochs=2, n_startup_trials=1, trial_seed=100,
                           sampler_seed=3, asha=AshaParams(grace_period=1, reduction_factor=2))
-    ray.init(address="local", num_cpus=2, log_to_driver=False, **local_options(dashboard=False))
-    try:
-        searched = search_many(root, "x", FAMILIES, search)
-        finals = final_many(root, "x", FAMILIES, FinalParams(seeds=[0, 1], epochs=2, patience=2))
-    finally:
-        ray.shutdown()
+    # on the process's shared local Ray of 2 CPUs (tests/conftest.py): no CPU count is under test here
+    searched = search_many(root, "x", FAMILIES, search)
+    finals = final_many(root, "x", FAMILIES, FinalParams(seeds=[0, 1], epochs=2, patience=2))
     for family in FAMILIES:
         s, f = searched[family], finals[family]
         assert [(r["repeat"], r["sampler_seed"], r["trial_seed"]) for r in s["repeats"]] == [(0, 3, 100), (1, 4, 101)]

@@ -148,7 +148,10 @@ def test_an_interrupted_search_keeps_the_old_result_and_resumes(root: Path, case
         assert steps == list(range(1, EPOCHS + 1)), (run.info.run_name, steps)
 
 
-def test_an_interrupted_final_stage_keeps_the_old_result_and_resumes_its_finished_seeds(root: Path) -> None:
+def test_an_interrupted_final_stage_keeps_the_old_result_and_resumes_its_finished_seeds(
+        root: Path, local_ray: None) -> None:
+    # The search before the interrupted stage runs here, on the process's shared Ray (local_ray);
+    # the `ctsweep final` under test starts a Ray of its own, as a user's command does.
     from pipeline.config import load_params
     from pipeline.final.resume import COMPLETE_TAG as FINAL_COMPLETE
     from pipeline.stores.paths import final_result_path
