@@ -11,8 +11,8 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # pip compiles every installed module to bytecode one file after another; --no-compile and one
 # compileall over both cores afterwards does the same work in about 13 s less here. Like pip, it
 # goes on past files that are not Python 3.11 (torch ships one with 3.12 syntax): `|| true`. It
-# leaves out the packages' own test folders (`tests/`, `test/`: a fifth of the files), which no
-# process here imports.
+# leaves out the packages' own test folders (`tests/`, `test/`: a fifth of the files), which the
+# stages, MLflow's server and DVC do not import (checked with `python -v`).
 # requirements.lock through uv (pinned): the same 220 packages at the same versions as pip
 # installs them, in about 8 s instead of 88 s here (pip unpacks the wheels one after another).
 # uv reads no pip.conf (its own settings: UV_INDEX_URL, UV_EXTRA_INDEX_URL): where it fails, a

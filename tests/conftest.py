@@ -103,7 +103,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     Within a file, the tests that share the process's local Ray
     (`local_ray`) go first and the others keep their order after them: the shared instance is
     stopped before every other test (`_own_ray_unless_shared`), so a file that mixed them started
-    it again after each break (17 starts in the suite, 12 with this order; about 6 CPU-seconds
+    it again after each break (17 starts in the suite, 12 with this order; about 5 CPU-seconds
     and 10 s each)."""
     weight: dict[Path, float] = {}
     for item in items:
